@@ -1,0 +1,218 @@
+"""The run directory: atomic saves, exact resume, checkpoint averaging. Tensors in safetensors, metadata in JSON.
+
+    RUN/config.json                     the resolved Config
+    RUN/tokenizer.model (+ .json)       the joint SentencePiece model
+    RUN/data/                           the prepared data cache (data.prepare)
+    RUN/checkpoints/step-00001000/      model.safetensors, optimizer.safetensors, trainer.json
+    RUN/best.safetensors (+ .json)      the best weights by the validation metric
+    RUN/averaged.safetensors (+ .json)  written by `transduce average`
+    RUN/metrics.jsonl, RUN/train.log    one JSON line per log step; a human-readable log
+
+Every file is written to a temporary name and renamed into place; a checkpoint folder appears only when complete,
+so a kill at any moment leaves the previous checkpoint loadable. Nothing here unpickles anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file, save_model
+
+CHECKPOINTS = "checkpoints"
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _atomic_tensors(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_weights(model: torch.nn.Module, path: str | Path, metadata: dict | None = None) -> None:
+    """Model weights as safetensors; tied tensors are stored once (safetensors' save_model)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {k: str(v) for k, v in (metadata or {}).items()}
+    _atomic_tensors(path, lambda tmp: save_model(model, tmp, metadata=meta))
+    if metadata is not None:
+        atomic_write_text(path.with_suffix(".json"), json.dumps(metadata, indent=2) + "\n")
+
+
+def load_weights(model: torch.nn.Module, path: str | Path) -> None:
+    path = Path(path)
+    try:
+        state = load_file(str(path))
+    except (OSError, Exception) as err:  # safetensors raises its own SafetensorError for corrupt files
+        raise CheckpointError(f"{path}: cannot read weights ({err})") from None
+    own = model.state_dict()
+    missing = [k for k in own if k not in state and not _is_alias(model, k, state)]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        raise CheckpointError(f"{path}: weights do not fit the model (missing {missing[:3]}, "
+                              f"unexpected {unexpected[:3]})")
+    for name, tensor in state.items():
+        if own[name].shape != tensor.shape:
+            raise CheckpointError(f"{path}: {name} has shape {tuple(tensor.shape)}, the model expects "
+                                  f"{tuple(own[name].shape)} (a different config or vocabulary?)")
+    model.load_state_dict(state, strict=False)
+
+
+def _is_alias(model: torch.nn.Module, name: str, state: dict) -> bool:
+    """True when `name` shares storage with a tensor present in `state` (tied embeddings are saved once)."""
+    own = model.state_dict()
+    ptr = own[name].data_ptr()
+    return any(own[k].data_ptr() == ptr for k in state if k in own)
+
+
+# Optimizer and trainer state -----------------------------------------------------------------------------------------
+def _optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    sd = optimizer.state_dict()
+    tensors = {}
+    for index, state in sd["state"].items():
+        for key, value in state.items():
+            tensors[f"state.{index}.{key}"] = value if torch.is_tensor(value) else torch.tensor(value)
+    return tensors, {"param_groups": sd["param_groups"]}
+
+
+def _optimizer_from_tensors(tensors: dict, meta: dict) -> dict:
+    state: dict = {}
+    for name, value in tensors.items():
+        _, index, key = name.split(".", 2)
+        state.setdefault(int(index), {})[key] = value
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def rng_state() -> dict:
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()
+    return tensors
+
+
+def set_rng_state(tensors: dict) -> None:
+    torch.set_rng_state(tensors["rng.torch"])
+    if "rng.cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["rng.cuda"])
+
+
+def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-"))
+
+
+def save_checkpoint(run_dir: str | Path, *, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    trainer: dict, keep_last: int) -> Path:
+    root = Path(run_dir) / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):  # left by a run killed while saving
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step}-", dir=root))
+    final = root / f"step-{step:08d}"
+    try:
+        save_model(model, str(tmp / "model.safetensors"), metadata={"step": str(step)})
+        opt_tensors, opt_meta = _optimizer_to_tensors(optimizer)
+        save_file({**opt_tensors, **rng_state()}, str(tmp / "optimizer.safetensors"))
+        (tmp / "trainer.json").write_text(json.dumps({**trainer, "step": step, "optimizer": opt_meta}, indent=2),
+                                          encoding="utf-8")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in checkpoint_dirs(run_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
+    """Restore model (and optimizer, RNG) from a checkpoint folder; returns the trainer state."""
+    load_weights(model, path / "model.safetensors")
+    trainer = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
+    tensors = load_file(str(path / "optimizer.safetensors"))
+    if optimizer is not None:
+        opt = {k: v for k, v in tensors.items() if k.startswith("state.")}
+        optimizer.load_state_dict(_optimizer_from_tensors(opt, trainer["optimizer"]))
+        set_rng_state(tensors)
+    return trainer
+
+
+# Averaging (PAPER.md §4: the last 5 checkpoints for base, the last 20 for big) ------------------------------------
+def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the weights in `paths` (model.safetensors files or checkpoint folders)."""
+    total: dict[str, torch.Tensor] = {}
+    for path in paths:
+        file = path / "model.safetensors" if path.is_dir() else path
+        state = load_file(str(file))
+        if total and state.keys() != total.keys():
+            raise CheckpointError(f"{file}: its tensors differ from the other checkpoints'")
+        for name, tensor in state.items():
+            total[name] = total[name] + tensor.double() if name in total else tensor.double()
+    return {name: (t / len(paths)).float() for name, t in total.items()}
+
+
+def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -> Path:
+    dirs = checkpoint_dirs(run_dir)
+    if not dirs:
+        raise CheckpointError(f"{run_dir}: no checkpoints to average")
+    if len(dirs) < last:
+        raise CheckpointError(f"{run_dir}: asked for the last {last} checkpoints, only {len(dirs)} are kept "
+                              "(raise train.keep_last)")
+    chosen = dirs[-last:]
+    out = Path(out) if out else Path(run_dir) / "averaged.safetensors"
+    averaged = average_checkpoints(chosen)
+    _atomic_tensors(out, lambda tmp: save_file(averaged, tmp, metadata={"averaged": ",".join(p.name for p in chosen)}))
+    atomic_write_text(out.with_suffix(".json"), json.dumps({"averaged": [p.name for p in chosen]}, indent=2) + "\n")
+    return out
+
+
+def find_weights(path: str | Path) -> tuple[Path, Path]:
+    """A run directory or a weights file inside one -> (run_dir, weights file).
+
+    For a run directory: best.safetensors if validation kept one, else the newest checkpoint.
+    """
+    path = Path(path)
+    if path.is_file():
+        run_dir = path.parent
+        while run_dir != run_dir.parent and not (run_dir / "config.json").is_file():
+            run_dir = run_dir.parent
+        return run_dir, path
+    if path.is_dir() and (path / "model.safetensors").is_file():  # a checkpoint folder
+        return path.parent.parent, path / "model.safetensors"
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"{path}: not a run directory (no config.json)")
+    if (path / "best.safetensors").is_file():
+        return path, path / "best.safetensors"
+    dirs = checkpoint_dirs(path)
+    if not dirs:
+        raise CheckpointError(f"{path}: the run has no saved weights yet")
+    return path, dirs[-1] / "model.safetensors"

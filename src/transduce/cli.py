@@ -1,0 +1,231 @@
+"""The `transduce` command: argparse sub-commands, nothing else. User mistakes -> one line on stderr, exit 1."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from .checkpoint import CheckpointError
+    from .config import ConfigError
+    from .data import DataError
+    from .tokenizer import TokenizerError
+    from .train import TrainingError
+
+    return ConfigError, DataError, CheckpointError, TokenizerError, TrainingError
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    run_demo(args.out, overrides=args.set)
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    from .config import DataConfig
+    from .data import prepare
+
+    config = DataConfig(train=args.train, valid=args.valid or "", test=tuple(args.test), src=args.src, tgt=args.tgt,
+                        vocab_size=args.vocab_size, model_type=args.model_type, lowercase=args.lowercase,
+                        split_digits=args.split_digits, max_len=args.max_len, max_ratio=args.max_ratio,
+                        errors=args.errors)
+    prepare(config, args.out, max_tokens=args.max_tokens)
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .config import load_config, read_config, apply_overrides
+    from .train import train
+
+    if args.recipe is None:
+        saved = Path(args.out) / "config.json"
+        if not saved.is_file():
+            raise _config_error(f"{args.out}: no recipe given and no run to resume there")
+        config = apply_overrides(read_config(saved).to_dict(), args.set)
+    else:
+        config = load_config(args.recipe, args.set)
+    try:
+        train(config, args.out)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _config_error(message: str):
+    from .config import ConfigError
+
+    return ConfigError(message)
+
+
+def cmd_average(args) -> int:
+    from .checkpoint import average_run
+
+    out = average_run(args.run, args.last, args.output)
+    print(f"averaged the last {args.last} checkpoints of {args.run} into {out}")
+    return 0
+
+
+def _read_input(path: str | None) -> list[str]:
+    from .data import DataError
+
+    if path is None:
+        data = sys.stdin.buffer.read()
+        name = "<stdin>"
+    else:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as err:
+            raise DataError(f"{path}: cannot read ({err.strerror})") from None
+        name = path
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataError(f"{name}:{line}: invalid UTF-8") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.rstrip("\r") for line in lines]
+
+
+def cmd_translate(args) -> int:
+    from .translate import Translator
+
+    translator = Translator.from_run(args.run, device=args.device)
+    lines = _read_input(args.input)
+    progress = not sys.stdout.isatty() and not args.quiet
+    results = translator.translate_nbest(lines, beam=args.beam, alpha=args.alpha, nbest=args.nbest,
+                                         batch_tokens=args.batch_tokens, length_penalty=args.length_penalty,
+                                         progress=progress)
+    for i in translator.truncated:
+        print(f"warning: line {i + 1}: longer than the model's {translator.model.config.max_len} positions; "
+              "translated after truncation", file=sys.stderr)
+    out = sys.stdout
+    for i, hyps in enumerate(results):
+        if args.nbest == 1:
+            out.write((hyps[0].text if hyps else "") + "\n")
+        else:
+            for h in hyps:
+                out.write(f"{i}\t{h.score:.4f}\t{h.text}\n")
+    out.flush()
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    import time
+
+    from .checkpoint import atomic_write_text
+    from .data import DataError, read_lines
+    from .metrics import score
+    from .translate import Translator
+
+    sources, references = read_lines(Path(args.src)), read_lines(Path(args.ref))
+    if len(sources) != len(references):
+        raise DataError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+    translator = Translator.from_run(args.run, device=args.device)
+    start = time.perf_counter()
+    hyps = translator.translate(sources, beam=args.beam, alpha=args.alpha, batch_tokens=args.batch_tokens,
+                                progress=not args.quiet)
+    seconds = time.perf_counter() - start
+    n_tokens = sum(len(t) for t in translator.tokenizer.encode(hyps))
+    if args.output:
+        atomic_write_text(args.output, "".join(h + "\n" for h in hyps))
+    print(score(hyps, references, lowercase=args.lowercase).format())
+    print(f"speed: {len(sources) / seconds:.1f} sentences/s, {n_tokens / seconds:.0f} target tokens/s "
+          f"({len(sources)} sentences in {seconds:.1f} s)")
+    return 0
+
+
+def cmd_score(args) -> int:
+    from .data import DataError, read_lines
+    from .metrics import score
+
+    hyps, refs = read_lines(Path(args.hyp)), read_lines(Path(args.ref))
+    if len(hyps) != len(refs):
+        raise DataError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}")
+    print(score(hyps, refs, lowercase=args.lowercase, tokenize=args.tokenize).format())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="transduce", description=__doc__.split(":")[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("demo", help="train and evaluate a small model on the built-in numbers task")
+    p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the recipe")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("prepare", help="train the joint SentencePiece vocabulary and encode parallel text")
+    p.add_argument("--train", required=True, help="training file prefix (PREFIX.SRC and PREFIX.TGT, .gz allowed)")
+    p.add_argument("--valid", help="validation file prefix")
+    p.add_argument("--test", action="append", default=[], help="test file prefix (repeatable)")
+    p.add_argument("--src", required=True)
+    p.add_argument("--tgt", required=True)
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe")
+    p.add_argument("--lowercase", action="store_true")
+    p.add_argument("--split-digits", action="store_true")
+    p.add_argument("--max-len", type=int, default=256, help="drop training pairs longer than this (tokens)")
+    p.add_argument("--max-ratio", type=float, default=9.0, help="drop training pairs with a larger length ratio")
+    p.add_argument("--max-tokens", type=int, default=4096, help="batch size used for the padding report")
+    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 handling")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("train", help="train (or resume) a model from a TOML recipe")
+    p.add_argument("recipe", nargs="?", help="TOML recipe (omit to resume the run in --out with its config)")
+    p.add_argument("--out", required=True, help="run directory; training resumes if it holds checkpoints")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the recipe")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("average", help="average the last N checkpoints of a run")
+    p.add_argument("run")
+    p.add_argument("--last", type=int, default=5)
+    p.add_argument("--output", help="where to write (default RUN/averaged.safetensors)")
+    p.set_defaults(func=cmd_average)
+
+    def decode_options(p):
+        p.add_argument("run", help="run directory, or a .safetensors weights file inside one")
+        p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 4); 1 = greedy")
+        p.add_argument("--alpha", type=float, default=None, help="length penalty alpha (default 0.6)")
+        p.add_argument("--batch-tokens", type=int, default=None, help="source tokens per batch")
+        p.add_argument("--device", default="auto")
+        p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("translate", help="translate stdin (or --input) to stdout, one line per line")
+    decode_options(p)
+    p.add_argument("--input", help="read this file instead of stdin")
+    p.add_argument("--nbest", type=int, default=1, help="print the N best as INDEX<TAB>SCORE<TAB>TEXT")
+    p.add_argument("--length-penalty", choices=["gnmt", "length", "none"], default=None)
+    p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("evaluate", help="translate a test set and print sacreBLEU and chrF")
+    decode_options(p)
+    p.add_argument("--src", required=True)
+    p.add_argument("--ref", required=True)
+    p.add_argument("--output", help="also write the translations here")
+    p.add_argument("--lowercase", action="store_true")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("score", help="sacreBLEU and chrF of existing translations")
+    p.add_argument("--hyp", required=True)
+    p.add_argument("--ref", required=True)
+    p.add_argument("--lowercase", action="store_true")
+    p.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer (13a, intl, none, ...)")
+    p.set_defaults(func=cmd_score)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except _user_errors() as err:
+        print(f"transduce {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,325 @@
+"""Configuration: frozen dataclasses whose defaults are the paper's base model (PAPER.md §3-§5).
+
+A run is described by one `Config` = model + data + train + decode sections. Recipes are TOML files whose tables
+map onto these sections (`[model]`, `[data]`, `[train]`, `[decode]`); `--set section.key=value` overrides any field.
+Unknown keys and wrong types are refused with the offending key named (no silent ignore).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """A configuration the user wrote cannot be used; the message says which key and why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """The Transformer's shape. Defaults are the paper's base model (Table 3, row "base").
+
+    `vocab_size` 0 means "take it from the tokenizer" (training fills it in before building the model).
+    `layer_norm_eps`: LayerNorm divides by sqrt(variance + eps) (torch.nn.LayerNorm); the paper does not say.
+    """
+
+    vocab_size: int = 0
+    n_layers: int = 6
+    n_encoder_layers: int | None = None  # None: n_layers
+    n_decoder_layers: int | None = None  # None: n_layers
+    d_model: int = 512
+    d_ff: int = 2048
+    n_heads: int = 8
+    dropout: float = 0.1
+    attention_dropout: float = 0.0  # not in the paper; fairseq's attention_dropout, off by default
+    max_len: int = 1024
+    norm_first: bool = False  # False = the paper's post-LN: LayerNorm(x + Dropout(Sublayer(x)))
+    positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
+    attention_window: int | None = None  # r of Table 1's restricted self-attention; None = full
+    tie_embeddings: bool = True  # one matrix: encoder input, decoder input, pre-softmax projection (§3.4)
+    pad_id: int = 0
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "d_model", "d_ff", "n_heads", "max_len"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"model.{name} must be >= 0, got {value}")
+        if self.vocab_size < 0:
+            raise ConfigError(f"model.vocab_size must be >= 0, got {self.vocab_size}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
+            )
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ConfigError(f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        if self.attention_window is not None and self.attention_window < 0:
+            raise ConfigError(f"model.attention_window must be >= 0, got {self.attention_window}")
+        if self.vocab_size and not 0 <= self.pad_id < self.vocab_size:
+            raise ConfigError(f"model.pad_id ({self.pad_id}) must be a token id below vocab_size")
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.n_layers if self.n_encoder_layers is None else self.n_encoder_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_layers if self.n_decoder_layers is None else self.n_decoder_layers
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def base(cls, *, vocab_size: int, **overrides) -> "ModelConfig":
+        """Table 3 "base": N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (63.08M parameters with V=37000)."""
+        return cls(vocab_size=vocab_size, **overrides)
+
+    @classmethod
+    def big(cls, *, vocab_size: int, **overrides) -> "ModelConfig":
+        """Table 3 "big": N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3 (214.25M parameters with V=37000)."""
+        settings = dict(d_model=1024, d_ff=4096, n_heads=16, dropout=0.3)
+        settings.update(overrides)
+        return cls(vocab_size=vocab_size, **settings)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """Where the parallel text is and how it becomes token ids (PAPER.md §4: one shared subword vocabulary).
+
+    `train`, `valid`, `test` are file prefixes: PREFIX.{src} and PREFIX.{tgt}, optionally gzipped.
+    """
+
+    train: str = ""
+    valid: str = ""
+    test: tuple[str, ...] = ()
+    src: str = "en"
+    tgt: str = "de"
+    vocab_size: int = 8000
+    model_type: str = "bpe"  # SentencePiece model: "bpe" or "unigram"
+    lowercase: bool = False
+    split_digits: bool = False  # SentencePiece: every digit its own piece
+    max_len: int = 256  # training pairs longer than this (in tokens, either side) are dropped
+    max_ratio: float = 9.0  # training pairs with a longer/shorter length ratio beyond this are dropped (fairseq)
+    errors: str = "strict"  # invalid UTF-8: "strict" refuses naming the line, "replace" substitutes U+FFFD
+
+    def __post_init__(self) -> None:
+        if self.vocab_size <= 4:
+            raise ConfigError(f"data.vocab_size must be > 4, got {self.vocab_size}")
+        if self.model_type not in ("bpe", "unigram"):
+            raise ConfigError(f"data.model_type must be 'bpe' or 'unigram', got {self.model_type!r}")
+        if self.errors not in ("strict", "replace"):
+            raise ConfigError(f"data.errors must be 'strict' or 'replace', got {self.errors!r}")
+        if self.max_len <= 0 or self.max_ratio <= 0:
+            raise ConfigError("data.max_len and data.max_ratio must be positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """The training recipe. Defaults: the paper's (§5.3 Adam and Eq. 3, §5.4 label smoothing 0.1)."""
+
+    max_steps: int = 100_000  # total optimizer updates; resuming counts from the saved step
+    max_tokens: int = 4096  # per micro-batch, per side, padded tokens
+    accumulate: int = 1  # micro-batches per update (and per rank)
+    lr_schedule: str = "noam"  # "noam" = Eq. 3 times lr_scale; "inverse_sqrt" = fairseq's, peaking at peak_lr
+    lr_scale: float = 1.0
+    peak_lr: float = 5e-4
+    warmup_steps: int = 4000
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0  # 0 = off, as in the paper
+    valid_every: int = 1000
+    valid_bleu: bool = True
+    valid_max_sentences: int = 500
+    valid_beam: int = 1
+    early_stop_metric: str = "loss"  # "loss" or "bleu"; also picks the best checkpoint
+    patience: int = 0  # validations without improvement before stopping; 0 = never stop early
+    save_every: int = 1000
+    keep_last: int = 5
+    log_every: int = 50
+    max_minutes: float = 0.0  # stop (and save) after this much wall-clock time; 0 = no limit
+    seed: int = 1
+    device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
+    compile: bool = False
+    num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
+
+    def __post_init__(self) -> None:
+        if self.lr_schedule not in ("noam", "inverse_sqrt"):
+            raise ConfigError(f"train.lr_schedule must be 'noam' or 'inverse_sqrt', got {self.lr_schedule!r}")
+        if self.early_stop_metric not in ("loss", "bleu"):
+            raise ConfigError(f"train.early_stop_metric must be 'loss' or 'bleu', got {self.early_stop_metric!r}")
+        for name in ("max_steps", "max_tokens", "accumulate", "warmup_steps", "valid_every", "save_every",
+                     "keep_last", "log_every"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeConfig:
+    """Inference (PAPER.md §5): beam 4, GNMT length penalty alpha 0.6, max length = a * |x| + b with a=1, b=50."""
+
+    beam: int = 4
+    alpha: float = 0.6
+    length_penalty: str = "gnmt"  # "gnmt": ((5+|Y|)/6)^alpha; "length": |Y|^alpha; "none"
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    nbest: int = 1
+    batch_tokens: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.beam <= 0 or self.nbest <= 0 or self.nbest > self.beam:
+            raise ConfigError(f"decode.beam ({self.beam}) and decode.nbest ({self.nbest}) need 1 <= nbest <= beam")
+        if self.length_penalty not in ("gnmt", "length", "none"):
+            raise ConfigError(f"decode.length_penalty must be 'gnmt', 'length' or 'none', got {self.length_penalty!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **sections) -> "Config":
+        return dataclasses.replace(self, **sections)
+
+
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}
+
+
+def _coerce(value, annotation, key: str):
+    """Check `value` against a field's type annotation; ints are accepted for floats, lists for tuples."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(value, option, key)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key}: expected {annotation}, got {value!r}")
+    if origin is tuple:
+        (item_type, _) = typing.get_args(annotation)
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return tuple(_coerce(v, item_type, key) for v in value)
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported type {annotation}")  # pragma: no cover
+
+
+def _build_section(cls, values: dict, section: str):
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in names:
+            raise ConfigError(f"unknown key {section}.{key} (known: {', '.join(sorted(names))})")
+        kwargs[key] = _coerce(value, hints[key], f"{section}.{key}")
+    return cls(**kwargs)
+
+
+def config_from_dict(raw: dict) -> Config:
+    """Build a Config from nested dicts (a parsed recipe or a saved config.json)."""
+    sections = {}
+    for name, values in raw.items():
+        if name not in _SECTIONS:
+            raise ConfigError(f"unknown section [{name}] (known: {', '.join(_SECTIONS)})")
+        if not isinstance(values, dict):
+            raise ConfigError(f"[{name}] must be a table of keys")
+        sections[name] = _build_section(_SECTIONS[name], values, name)
+    return Config(**sections)
+
+
+def parse_override(text: str) -> tuple[str, str, object]:
+    """'train.max_steps=2000' -> ('train', 'max_steps', 2000). Values are TOML; a bare word is a string."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError(f"--set expects section.key=value, got {text!r}")
+    dotted, raw = text.split("=", 1)
+    section, key = dotted.strip().split(".", 1)
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return section, key, value
+
+
+def load_config(recipe: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
+    """Read a TOML recipe (or the defaults when None), then apply `section.key=value` overrides."""
+    raw: dict = {}
+    if recipe is not None:
+        path = Path(recipe)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read recipe ({err.strerror})") from None
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    return apply_overrides(raw, overrides)
+
+
+def apply_overrides(raw: dict, overrides: typing.Sequence[str]) -> Config:
+    raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    for text in overrides:
+        section, key, value = parse_override(text)
+        raw.setdefault(section, {})[key] = value
+    return config_from_dict(raw)
+
+
+def save_config(config: Config, path: Path) -> None:
+    from .checkpoint import atomic_write_text
+
+    atomic_write_text(path, json.dumps(config.to_dict(), indent=2) + "\n")
+
+
+def read_config(path: Path) -> Config:
+    try:
+        return config_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read the run's config ({err})") from None

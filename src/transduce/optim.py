@@ -1,0 +1,34 @@
+"""Adam(beta1 0.9, beta2 0.98, eps 1e-9) and the learning-rate schedules (PAPER.md §4), as pure functions."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .config import TrainConfig
+
+
+def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
+    """Eq. 3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), times `scale`. Steps count from 1."""
+    step = max(step, 1)
+    return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def inverse_sqrt_lr(step: int, *, peak_lr: float, warmup_steps: int) -> float:
+    """fairseq's inverse_sqrt: linear warm-up to peak_lr, then peak_lr * sqrt(warmup_steps / step)."""
+    step = max(step, 1)
+    if step < warmup_steps:
+        return peak_lr * step / warmup_steps
+    return peak_lr * math.sqrt(warmup_steps / step)
+
+
+def learning_rate(step: int, config: TrainConfig, d_model: int) -> float:
+    if config.lr_schedule == "inverse_sqrt":
+        return inverse_sqrt_lr(step, peak_lr=config.peak_lr, warmup_steps=config.warmup_steps)
+    return noam_lr(step, d_model=d_model, warmup_steps=config.warmup_steps, scale=config.lr_scale)
+
+
+def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Adam:
+    return torch.optim.Adam(model.parameters(), lr=0.0, betas=(config.adam_beta1, config.adam_beta2),
+                            eps=config.adam_eps, weight_decay=config.weight_decay)

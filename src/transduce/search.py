@@ -1,0 +1,158 @@
+"""Greedy and beam search (PAPER.md §5), vectorised over batch x beam, on `model.encode` + `model.decode_step`.
+
+Axis legend: B sentences still being decoded, k beam size, N = B * k decoder rows, V vocabulary, t steps so far.
+
+Length penalties (`length_penalty`), score(Y) = log P(Y | X) / lp(Y):
+    "gnmt"   lp(Y) = ((5 + |Y|) / 6) ** alpha    (Wu et al. 2016; the paper's, alpha = 0.6)
+    "length" lp(Y) = |Y| ** alpha                 (fairseq's and CTranslate2's form)
+    "none"   lp(Y) = 1
+|Y| counts the output tokens including EOS. The maximum output length is max_len_a * |x| + max_len_b (|x| without
+EOS). A sentence stops when its n-best finished hypotheses cannot be beaten by any unfinished one (log-probabilities
+only fall and every penalty above grows with length, so the best alive raw score divided by lp(max length) bounds
+them), or when it reaches its maximum length; the search stops when every sentence has stopped. The only host
+sync per step is that stopping check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+def length_penalty(length: Tensor | float, *, kind: str, alpha: float) -> Tensor | float:
+    if kind == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    if kind == "length":
+        return length ** alpha
+    if kind == "none":
+        return torch.ones_like(length) if torch.is_tensor(length) else 1.0
+    raise ValueError(f"unknown length penalty {kind!r} (gnmt, length, none)")
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS and EOS
+    score: float  # log P / lp (what the search ranks by)
+    log_prob: float
+
+
+def _max_lengths(src: Tensor, *, a: float, b: int, model_max: int) -> Tensor:
+    src_len = src.ne(PAD_ID).sum(1) - 1  # (B,) without EOS
+    return (a * src_len.float() + b).long().clamp(min=1, max=model_max - 1)  # output tokens incl. EOS
+
+
+@torch.inference_mode()
+def greedy_search(model, src: Tensor, *, max_len_a: float = 1.0, max_len_b: int = 50) -> list[list[Hypothesis]]:
+    """Argmax at every step until EOS (or the maximum length). Returns one hypothesis per sentence."""
+    batch = src.size(0)
+    memory = model.encode(src)
+    cache = model.start_decoding(memory, model.pad_mask(src))
+    max_len = _max_lengths(src, a=max_len_a, b=max_len_b, model_max=model.config.max_len)
+    tokens = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=src.device)
+    log_prob = torch.zeros(batch, device=src.device)
+    done = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    for t in range(int(max_len.max())):
+        lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (B, V)
+        lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
+        forced = max_len.eq(t + 1)  # the last allowed position must be EOS
+        lprobs[forced] = torch.where(torch.arange(lprobs.size(1), device=src.device) == EOS_ID, 0.0, float("-inf"))
+        best, nxt = lprobs.max(dim=-1)  # (B,)
+        nxt = nxt.masked_fill(done, PAD_ID)
+        log_prob += best.masked_fill(done, 0.0)
+        tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)  # (B, t+2)
+        done |= nxt.eq(EOS_ID)
+        if bool(done.all()):
+            break
+    results = []
+    for row, lp in zip(tokens[:, 1:].tolist(), log_prob.tolist()):
+        out = row[: row.index(EOS_ID)] if EOS_ID in row else row
+        results.append([Hypothesis(out, lp, lp)])
+    return results
+
+
+@torch.inference_mode()
+def beam_search(model, src: Tensor, *, beam: int = 4, alpha: float = 0.6, length_penalty_kind: str = "gnmt",
+                max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1) -> list[list[Hypothesis]]:
+    """Batched beam search. Returns, per sentence, its `nbest` best finished hypotheses, best first."""
+    device, batch, k = src.device, src.size(0), beam
+    memory = model.encode(src)
+    cache = model.start_decoding(memory, model.pad_mask(src))
+    max_len = _max_lengths(src, a=max_len_a, b=max_len_b, model_max=model.config.max_len)  # (B,)
+    lp = lambda n: length_penalty(n, kind=length_penalty_kind, alpha=alpha)  # noqa: E731
+
+    cache.select(torch.arange(batch, device=device).repeat_interleave(k))  # (B*k) rows
+    sent = torch.arange(batch, device=device)  # original index of each sentence still decoding
+    tokens = torch.full((batch * k, 1), BOS_ID, dtype=torch.long, device=device)  # (N, t+1)
+    scores = torch.zeros(batch, k, device=device)  # (B, k) raw log-probabilities of alive beams
+    scores[:, 1:] = float("-inf")  # at t = 0 all beams are the same: keep one
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    # Finished hypotheses live on the device too: (B, k) normalised scores, raw scores, token rows.
+    fin_score = torch.full((batch, k), float("-inf"), device=device)
+    fin_raw = torch.full((batch, k), float("-inf"), device=device)
+    fin_tokens = torch.full((batch, k, 1), PAD_ID, dtype=torch.long, device=device)
+
+    for t in range(int(max_len.max())):
+        b = sent.numel()
+        lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (N, V)
+        vocab = lprobs.size(1)
+        lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
+        forced = max_len[sent].eq(t + 1).repeat_interleave(k)  # (N,): last allowed position -> EOS only
+        if bool(forced.any()):
+            eos_only = torch.full((vocab,), float("-inf"), device=device)
+            eos_only[EOS_ID] = 0.0
+            lprobs[forced] = eos_only
+        cand = (scores.view(-1, 1) + lprobs).view(b, k * vocab)  # (B, k*V)
+        top_score, top_index = cand.topk(2 * k, dim=1)  # (B, 2k): at most k of them end in EOS
+        origin = top_index // vocab  # (B, 2k) beam each candidate extends
+        token = top_index % vocab  # (B, 2k)
+        rows = (origin + torch.arange(b, device=device).unsqueeze(1) * k)  # (B, 2k) rows in the N axis
+        is_eos = token.eq(EOS_ID) & top_score.gt(float("-inf"))
+
+        # Finished: merge this step's EOS candidates with the kept ones, keep the k best by normalised score.
+        length = torch.tensor(float(t + 1), device=device)
+        new_norm = torch.where(is_eos, top_score / lp(length), torch.full_like(top_score, float("-inf")))
+        hist = tokens[rows.view(-1)].view(b, 2 * k, t + 1)[:, :, 1:]  # (B, 2k, t) without BOS
+        new_tokens = torch.cat([hist, token.unsqueeze(2)], dim=2)  # (B, 2k, t+1)
+        fin_tokens = F.pad(fin_tokens, (0, t + 1 - fin_tokens.size(2)), value=PAD_ID)  # (B, k, t+1)
+        all_norm = torch.cat([fin_score, new_norm], dim=1)  # (B, 3k)
+        all_raw = torch.cat([fin_raw, top_score], dim=1)
+        all_tokens = torch.cat([fin_tokens, new_tokens], dim=1)  # (B, 3k, t+1)
+        fin_score, keep = all_norm.topk(k, dim=1)  # (B, k)
+        fin_raw = all_raw.gather(1, keep)
+        fin_tokens = all_tokens.gather(1, keep.unsqueeze(2).expand(-1, -1, all_tokens.size(2)))
+
+        # Alive: the k best candidates that did not end in EOS.
+        alive_score, pick = top_score.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (B, k)
+        alive_rows = rows.gather(1, pick).view(-1)  # (N,)
+        scores = alive_score
+        tokens = torch.cat([tokens[alive_rows], token.gather(1, pick).view(-1, 1)], dim=1)  # (N, t+2)
+        cache.reorder(alive_rows)
+
+        # Stopping check (the step's one host sync): can any alive beam still beat the n-best finished?
+        bound = scores.max(dim=1).values / lp(max_len[sent].float())  # (B,)
+        done = fin_score[:, nbest - 1].ge(bound) | max_len[sent].le(t + 1) | scores.max(dim=1).values.eq(float("-inf"))
+        if bool(done.any()):
+            for i in done.nonzero().view(-1).tolist():
+                finished[int(sent[i])] = _collect(fin_tokens[i], fin_score[i], fin_raw[i], nbest)
+            keep_sent = (~done).nonzero().view(-1)
+            if keep_sent.numel() == 0:
+                break
+            keep_rows = (keep_sent.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
+            sent, scores, tokens = sent[keep_sent], scores[keep_sent], tokens[keep_rows]
+            fin_score, fin_raw, fin_tokens = fin_score[keep_sent], fin_raw[keep_sent], fin_tokens[keep_sent]
+            cache.select(keep_rows)
+    return finished
+
+
+def _collect(tokens: Tensor, norm: Tensor, raw: Tensor, nbest: int) -> list[Hypothesis]:
+    out = []
+    for row, s, r in zip(tokens.tolist(), norm.tolist(), raw.tolist()):
+        if s == float("-inf") or len(out) == nbest:
+            continue
+        out.append(Hypothesis(row[: row.index(EOS_ID)] if EOS_ID in row else row, s, r))
+    return out

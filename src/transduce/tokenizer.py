@@ -1,0 +1,89 @@
+"""The joint source/target subword vocabulary (PAPER.md §4): one SentencePiece model trained on both training sides.
+
+Special ids are defined here, once, and written into the SentencePiece model itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+class TokenizerError(ValueError):
+    pass
+
+
+class Tokenizer:
+    """A SentencePiece model plus the text normalisation applied before it (lowercasing, when asked for)."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        if not path.is_file():
+            raise TokenizerError(f"{path}: no tokenizer model here")
+        self.path = path
+        self.sp = spm.SentencePieceProcessor(model_file=str(path))
+        meta_path = path.with_suffix(".json")
+        self.meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+        self.lowercase = bool(self.meta.get("lowercase", False))
+        ids = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
+        if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise TokenizerError(f"{path}: special ids {ids} differ from transduce's "
+                                 f"(pad, unk, bos, eos) = {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def normalize(self, text: str) -> str:
+        return text.lower() if self.lowercase else text
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Texts -> token ids (no BOS/EOS; callers add them)."""
+        return self.sp.encode([self.normalize(t) for t in texts], out_type=int, num_threads=os.cpu_count() or 1)
+
+    def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        return self.sp.decode([list(map(int, x)) for x in ids])
+
+    def pieces(self, text: str) -> list[str]:
+        return self.sp.encode(self.normalize(text), out_type=str)
+
+    def copy_to(self, path: Path) -> None:
+        shutil.copyfile(self.path, path)
+        meta = self.path.with_suffix(".json")
+        if meta.is_file():
+            shutil.copyfile(meta, path.with_suffix(".json"))
+
+    @classmethod
+    def train(cls, texts: Iterable[str], path: str | Path, *, vocab_size: int, model_type: str = "bpe",
+              lowercase: bool = False, split_digits: bool = False, max_sentences: int = 2_000_000) -> "Tokenizer":
+        """Train one SentencePiece model on `texts` (both languages' training sides) and write it to `path`."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            prefix = Path(tmp) / "spm"
+            try:
+                spm.SentencePieceTrainer.train(
+                    sentence_iterator=(t.lower() if lowercase else t for t in texts),
+                    model_prefix=str(prefix), vocab_size=vocab_size, model_type=model_type,
+                    character_coverage=1.0, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                    split_digits=split_digits, input_sentence_size=max_sentences, shuffle_input_sentence=True,
+                    num_threads=os.cpu_count() or 1, minloglevel=2,
+                )
+            except RuntimeError as err:  # e.g. "Vocabulary size too high (8000). Please set it to a value <= 5321."
+                raise TokenizerError(f"SentencePiece could not train a vocabulary of {vocab_size}: "
+                                     f"{str(err).strip().splitlines()[-1]}") from None
+            meta = {"lowercase": lowercase, "model_type": model_type, "vocab_size": vocab_size,
+                    "split_digits": split_digits, "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID,
+                    "eos_id": EOS_ID}
+            Path(f"{prefix}.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            os.replace(f"{prefix}.json", path.with_suffix(".json"))
+            os.replace(f"{prefix}.model", path)
+        return cls(path)

@@ -1,0 +1,118 @@
+"""`Translator`: raw text in, raw text out, in input order. One path for `translate`, `evaluate` and validation."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .checkpoint import find_weights, load_weights
+from .config import DecodeConfig, read_config
+from .model import Transformer
+from .search import beam_search, greedy_search
+from .tokenizer import EOS_ID, PAD_ID, Tokenizer
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@dataclass
+class Translation:
+    text: str
+    score: float
+    tokens: list[int]
+
+
+class Translator:
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, *, decode: DecodeConfig | None = None) -> None:
+        if tokenizer.vocab_size != model.config.vocab_size:
+            raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, the model {model.config.vocab_size}")
+        self.model, self.tokenizer = model, tokenizer
+        self.decode = decode or DecodeConfig()
+        self.truncated: list[int] = []  # input indices cut to the model's max length in the last call
+
+    @classmethod
+    def from_run(cls, path: str | Path, *, device: str = "auto") -> "Translator":
+        """Load config, tokenizer and weights (safetensors) from a run directory or a weights file in one."""
+        run_dir, weights = find_weights(path)
+        config = read_config(run_dir / "config.json")
+        model = Transformer(config.model)
+        load_weights(model, weights)
+        model.to(pick_device(device)).eval()
+        return cls(model, Tokenizer(run_dir / "tokenizer.model"), decode=config.decode)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def encode_sources(self, sentences: list[str]) -> list[list[int]]:
+        """Token ids + EOS, cut to what the model's positions allow (indices recorded in self.truncated)."""
+        limit = self.model.config.max_len - 1
+        self.truncated = []
+        out = []
+        for i, ids in enumerate(self.tokenizer.encode(sentences)):
+            if len(ids) + 1 > limit:
+                self.truncated.append(i)
+                ids = ids[: limit - 1]
+            out.append(ids + [EOS_ID])
+        return out
+
+    def _batches(self, sources: list[list[int]], batch_tokens: int) -> list[list[int]]:
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
+        batches, current, longest = [], [], 0
+        for i in order:
+            longest_if = max(longest, len(sources[i]))
+            if current and longest_if * (len(current) + 1) > batch_tokens:
+                batches.append(current)
+                current, longest_if = [], len(sources[i])
+            current.append(i)
+            longest = longest_if
+        if current:
+            batches.append(current)
+        return batches
+
+    def translate_nbest(self, sentences: list[str], *, beam: int | None = None, alpha: float | None = None,
+                        nbest: int = 1, batch_tokens: int | None = None, length_penalty: str | None = None,
+                        progress: bool = False) -> list[list[Translation]]:
+        d = self.decode
+        beam = d.beam if beam is None else beam
+        alpha = d.alpha if alpha is None else alpha
+        penalty = d.length_penalty if length_penalty is None else length_penalty
+        batch_tokens = d.batch_tokens if batch_tokens is None else batch_tokens
+        results: list[list[Translation]] = [[] for _ in sentences]
+        todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
+        sources = self.encode_sources([sentences[i] for i in todo])
+        self.truncated = [todo[j] for j in self.truncated]
+        was_training = self.model.training
+        self.model.eval()
+        bar = tqdm(total=len(sentences), unit="sent", disable=not progress, file=sys.stderr, leave=False)
+        try:
+            for batch in self._batches(sources, batch_tokens):
+                width = max(len(sources[i]) for i in batch)
+                src = torch.full((len(batch), width), PAD_ID, dtype=torch.long)
+                for row, i in enumerate(batch):
+                    src[row, : len(sources[i])] = torch.tensor(sources[i])
+                src = src.to(self.device)
+                if beam == 1 and nbest == 1:
+                    hyps = greedy_search(self.model, src, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
+                else:
+                    hyps = beam_search(self.model, src, beam=beam, alpha=alpha, length_penalty_kind=penalty,
+                                       max_len_a=d.max_len_a, max_len_b=d.max_len_b, nbest=nbest)
+                for j, sent_hyps in zip(batch, hyps):
+                    texts = self.tokenizer.decode([h.tokens for h in sent_hyps])
+                    results[todo[j]] = [Translation(t, h.score, h.tokens) for t, h in zip(texts, sent_hyps)]
+                bar.update(len(batch))
+        finally:
+            bar.close()
+            self.model.train(was_training)
+        return results
+
+    def translate(self, sentences: list[str], **kwargs) -> list[str]:
+        """Translate raw sentences; returns raw translations in input order (empty input -> empty output)."""
+        return [hyps[0].text if hyps else "" for hyps in self.translate_nbest(sentences, **kwargs)]

@@ -1,0 +1,84 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_data import write_corpus  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A tiny model that trains in seconds on the toy corpus of test_data.write_corpus.
+TINY_RECIPE = """
+[model]
+n_layers = 1
+d_model = 32
+d_ff = 64
+n_heads = 4
+dropout = {dropout}
+max_len = 64
+
+[data]
+train = "{root}/train"
+valid = "{root}/valid"
+src = "en"
+tgt = "xx"
+vocab_size = 60
+
+[train]
+max_steps = {steps}
+max_tokens = 300
+warmup_steps = 20
+valid_every = {valid_every}
+valid_max_sentences = 20
+save_every = {save_every}
+keep_last = 10
+log_every = 5
+seed = 3
+num_threads = 1
+
+[decode]
+beam = 2
+max_len_b = 10
+"""
+
+
+@pytest.fixture
+def toy_corpus(tmp_path):
+    root = tmp_path / "corpus"
+    root.mkdir()
+    write_corpus(root, "train", 600, seed=0)
+    write_corpus(root, "valid", 40, seed=1)
+    return root
+
+
+def tiny_recipe(path: Path, corpus: Path, *, steps=40, save_every=10, valid_every=1000, dropout=0.1) -> Path:
+    path.write_text(TINY_RECIPE.format(root=corpus, steps=steps, save_every=save_every, valid_every=valid_every,
+                                       dropout=dropout))
+    return path
+
+
+def run_cli(*args, check=True, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "transduce", *args], capture_output=True, text=True, env=env,
+                          cwd=kw.pop("cwd", None), **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"transduce {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """A tiny run directory trained for a few hundred steps on the toy corpus (shared by inference tests)."""
+    tmp = tmp_path_factory.mktemp("trained")
+    corpus = tmp / "corpus"
+    corpus.mkdir()
+    write_corpus(corpus, "train", 600, seed=0)
+    write_corpus(corpus, "valid", 40, seed=1)
+    write_corpus(corpus, "test", 30, seed=2)
+    recipe = tiny_recipe(tmp / "recipe.toml", corpus, steps=250, save_every=50, valid_every=125)
+    run_cli("train", str(recipe), "--out", str(tmp / "run"), "--set", "model.d_model=64",
+            "--set", "model.d_ff=128", "--set", "model.n_layers=2")
+    return tmp / "run", corpus

@@ -1,0 +1,197 @@
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from conftest import run_cli
+from transduce import ModelConfig, Transformer
+from transduce.search import beam_search, greedy_search, length_penalty
+from transduce.tokenizer import EOS_ID
+
+A, B = 4, 5
+V = 6
+# Next-token probabilities after each prefix (hand-set). Greedy: A A (p = .6 * .55 = .33).
+# Beam without length penalty: B (p = .4 * .9 = .36). With a strong GNMT penalty the longer "A A" wins again.
+TABLE = {(): {A: 0.6, B: 0.4}, (A,): {A: 0.55, EOS_ID: 0.45}, (B,): {EOS_ID: 0.9, A: 0.1},
+         (A, A): {EOS_ID: 1.0}}
+
+
+@dataclass
+class FakeCache:
+    history: torch.Tensor  # (N, t)
+
+    def reorder(self, index):
+        self.history = self.history.index_select(0, index)
+
+    def select(self, index):
+        self.history = self.history.index_select(0, index)
+
+
+class FakeModel:
+    """Implements the decoding interface with probabilities looked up from TABLE."""
+
+    config = ModelConfig(vocab_size=V, max_len=64)
+
+    def pad_mask(self, src):
+        return src.eq(0)
+
+    def encode(self, src):
+        return src
+
+    def start_decoding(self, memory, pad_mask):
+        return FakeCache(torch.zeros(memory.size(0), 0, dtype=torch.long))
+
+    def decode_step(self, tokens, cache):
+        cache.history = torch.cat([cache.history, tokens.view(-1, 1)], dim=1)
+        logits = torch.full((tokens.size(0), V), -1e9)
+        for row, hist in enumerate(cache.history.tolist()):
+            for token, p in TABLE.get(tuple(hist[1:]), {EOS_ID: 1.0}).items():
+                logits[row, token] = math.log(p)
+        return logits
+
+
+SRC = torch.tensor([[7, 7, EOS_ID]])
+
+
+def test_greedy_and_beam_differ_on_hand_set_probabilities():
+    (greedy,) = greedy_search(FakeModel(), SRC, max_len_b=5)
+    assert greedy[0].tokens == [A, A] and greedy[0].log_prob == pytest.approx(math.log(0.33))
+    (beam,) = beam_search(FakeModel(), SRC, beam=2, length_penalty_kind="none", max_len_b=5, nbest=2)
+    assert [h.tokens for h in beam] == [[B], [A, A]]
+    assert beam[0].score == pytest.approx(math.log(0.36)) and beam[1].score == pytest.approx(math.log(0.33))
+
+
+def test_length_penalty_changes_the_winner():
+    (beam,) = beam_search(FakeModel(), SRC, beam=2, length_penalty_kind="gnmt", alpha=1.0, max_len_b=5)
+    assert beam[0].tokens == [A, A]
+    assert beam[0].score == pytest.approx(math.log(0.33) / ((5 + 3) / 6))
+    assert beam[0].log_prob == pytest.approx(math.log(0.33))
+
+
+def test_length_penalty_forms():
+    assert length_penalty(7.0, kind="gnmt", alpha=0.6) == pytest.approx((12 / 6) ** 0.6)
+    assert length_penalty(7.0, kind="length", alpha=0.6) == pytest.approx(7 ** 0.6)
+    assert length_penalty(7.0, kind="none", alpha=0.6) == 1.0
+
+
+def test_maximum_length_is_respected():
+    (beam,) = beam_search(FakeModel(), SRC, beam=2, length_penalty_kind="none", max_len_a=0.0, max_len_b=1)
+    assert beam[0].tokens == []  # only EOS fits
+    (greedy,) = greedy_search(FakeModel(), SRC, max_len_a=0.0, max_len_b=2)
+    assert len(greedy[0].tokens) <= 1
+
+
+def _random_model(seed=0):
+    torch.manual_seed(seed)
+    return Transformer(ModelConfig(vocab_size=30, n_layers=2, d_model=32, d_ff=64, n_heads=4, dropout=0.0,
+                                   max_len=64)).eval()
+
+
+def _sources(n=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(n):
+        length = 3 + (i * 3) % 8
+        rows.append(torch.randint(4, 30, (length,), generator=g).tolist() + [EOS_ID])
+    width = max(map(len, rows))
+    return torch.tensor([r + [0] * (width - len(r)) for r in rows]), rows
+
+
+def test_beam_size_one_equals_greedy():
+    model = _random_model()
+    src, _ = _sources()
+    greedy = greedy_search(model, src, max_len_b=12)
+    beam = beam_search(model, src, beam=1, length_penalty_kind="none", max_len_b=12)
+    assert [g[0].tokens for g in greedy] == [b[0].tokens for b in beam]
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_batched_decoding_equals_one_sentence_at_a_time(beam):
+    model = _random_model(2)
+    src, rows = _sources()
+    batched = beam_search(model, src, beam=beam, max_len_b=12) if beam > 1 else greedy_search(model, src, max_len_b=12)
+    for i, row in enumerate(rows):
+        alone_src = torch.tensor([row])
+        alone = beam_search(model, alone_src, beam=beam, max_len_b=12) if beam > 1 else \
+            greedy_search(model, alone_src, max_len_b=12)
+        assert alone[0][0].tokens == batched[i][0].tokens
+        assert alone[0][0].score == pytest.approx(batched[i][0].score, abs=1e-4)
+
+
+def test_cached_greedy_equals_uncached_greedy():
+    """Greedy search with the key/value cache equals re-running the full decoder on the whole prefix each step."""
+    model = _random_model(3)
+    src, rows = _sources(4)
+    cached = greedy_search(model, src, max_len_b=10)
+    with torch.no_grad():
+        memory, pad = model.encode(src), model.pad_mask(src)
+        for i, hyp in enumerate(cached):
+            max_len = len(rows[i]) - 1 + 10  # output tokens including EOS
+            prefix = [2]  # BOS
+            while len(prefix) - 1 < max_len:
+                logits = model.decode(torch.tensor([prefix]), memory[i : i + 1], pad[i : i + 1])[0, -1].clone()
+                logits[0] = logits[2] = float("-inf")  # PAD and BOS are never produced
+                prefix.append(EOS_ID if len(prefix) == max_len else int(logits.argmax()))
+                if prefix[-1] == EOS_ID:
+                    break
+            produced = prefix[1:-1] if prefix[-1] == EOS_ID else prefix[1:]
+            assert produced == hyp[0].tokens
+
+
+def test_beam_returns_nbest_sorted(trained_run):
+    from transduce.translate import Translator
+
+    run, corpus = trained_run
+    translator = Translator.from_run(run)
+    sentences = (corpus / "test.en").read_text().splitlines()[:5]
+    nbest = translator.translate_nbest(sentences, beam=4, nbest=3)
+    for hyps in nbest:
+        assert len(hyps) == 3
+        assert hyps[0].score >= hyps[1].score >= hyps[2].score
+
+
+def test_translator_keeps_input_order_and_empty_lines(trained_run):
+    from transduce.translate import Translator
+
+    run, corpus = trained_run
+    translator = Translator.from_run(run)
+    sentences = (corpus / "test.en").read_text().splitlines()[:12]
+    sentences.insert(4, "")
+    batched = translator.translate(sentences, beam=3, batch_tokens=40)
+    alone = [translator.translate([s], beam=3)[0] for s in sentences]
+    assert batched == alone and batched[4] == ""
+    # the model learned the toy task somewhat: most outputs are non-empty and upper-case
+    assert sum(bool(t) and t == t.upper() for t in batched) >= 8
+
+
+def test_translate_cli_streams_line_for_line(trained_run, tmp_path):
+    run, corpus = trained_run
+    lines = (corpus / "test.en").read_text().splitlines()[:6]
+    lines[2] = ""
+    lines.append(" ".join(["dog"] * 200))  # longer than max_len: truncated with a warning
+    text = "\n".join(lines) + "\n"
+    proc = run_cli("translate", str(run), "--beam", "2", input=text)
+    out = proc.stdout.split("\n")
+    assert len(out) == len(lines) + 1 and out[-1] == "" and out[2] == ""
+    assert "line 7" in proc.stderr and "truncat" in proc.stderr
+    nbest = run_cli("translate", str(run), "--beam", "3", "--nbest", "2", "--quiet", input="the dog\n")
+    rows = [l.split("\t") for l in nbest.stdout.splitlines()]
+    assert [r[0] for r in rows] == ["0", "0"] and float(rows[0][1]) >= float(rows[1][1])
+
+
+def test_evaluate_and_score_print_signatures(trained_run, tmp_path):
+    run, corpus = trained_run
+    hyp = tmp_path / "hyp.txt"
+    proc = run_cli("evaluate", str(run), "--src", str(corpus / "test.en"), "--ref", str(corpus / "test.xx"),
+                   "--output", str(hyp), "--quiet")
+    assert "BLEU = " in proc.stdout and "nrefs:1|case:mixed|eff:no|tok:13a" in proc.stdout
+    assert "chrF = " in proc.stdout and "sentences/s" in proc.stdout
+    assert len(hyp.read_text().splitlines()) == 30
+    scored = run_cli("score", "--hyp", str(hyp), "--ref", str(corpus / "test.xx"))
+    bleu = lambda out: float(out.split("BLEU = ")[1].split()[0])  # noqa: E731
+    assert bleu(scored.stdout) == bleu(proc.stdout) and bleu(proc.stdout) > 5.0
+    short = tmp_path / "short.txt"
+    short.write_text("one line\n")
+    bad = run_cli("score", "--hyp", str(short), "--ref", str(corpus / "test.xx"), check=False)
+    assert bad.returncode == 1 and "1 lines" in bad.stderr

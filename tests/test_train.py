@@ -1,0 +1,235 @@
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import ROOT, run_cli, tiny_recipe
+from transduce.checkpoint import average_checkpoints, checkpoint_dirs
+from transduce.config import ConfigError, load_config
+from transduce.loss import label_smoothed_nll
+from transduce.optim import inverse_sqrt_lr, noam_lr
+from transduce.train import TrainingError, train
+
+
+def test_noam_schedule_is_equation_3():
+    for step in (1, 10, 3999, 4000, 4001, 100_000):
+        expected = 512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5)
+        assert noam_lr(step, d_model=512, warmup_steps=4000) == pytest.approx(expected)
+    peak = max(noam_lr(s, d_model=512, warmup_steps=4000) for s in range(1, 10000))
+    assert peak == pytest.approx(noam_lr(4000, d_model=512, warmup_steps=4000))
+    assert noam_lr(100, d_model=512, warmup_steps=4000, scale=2.0) == pytest.approx(
+        2 * noam_lr(100, d_model=512, warmup_steps=4000))
+
+
+def test_inverse_sqrt_schedule():
+    assert inverse_sqrt_lr(50, peak_lr=1e-3, warmup_steps=100) == pytest.approx(5e-4)
+    assert inverse_sqrt_lr(100, peak_lr=1e-3, warmup_steps=100) == pytest.approx(1e-3)
+    assert inverse_sqrt_lr(400, peak_lr=1e-3, warmup_steps=100) == pytest.approx(5e-4)
+
+
+def test_label_smoothing_zero_is_nll_and_matches_torch():
+    torch.manual_seed(0)
+    logits, target = torch.randn(5, 7, 11), torch.randint(1, 11, (5, 7))
+    target[0, 4:] = 0
+    loss, nll = label_smoothed_nll(logits, target, eps=0.0, pad_id=0)
+    expected = torch.nn.functional.cross_entropy(logits.view(-1, 11), target.view(-1), ignore_index=0,
+                                                 reduction="sum")
+    assert torch.allclose(loss, expected) and torch.allclose(nll, expected)
+    loss, nll = label_smoothed_nll(logits, target, eps=0.1, pad_id=0)
+    smoothed = torch.nn.functional.cross_entropy(logits.view(-1, 11), target.view(-1), ignore_index=0,
+                                                 reduction="sum", label_smoothing=0.1)
+    assert torch.allclose(loss, smoothed, atol=1e-5) and torch.allclose(nll, expected)
+    assert loss > nll  # smoothing penalises the confident (random) model more
+
+
+def test_recipes_parse_and_build(tmp_path):
+    from transduce.model import Transformer
+
+    for recipe in sorted((ROOT / "recipes").glob("*.toml")):
+        config = load_config(recipe)
+        assert config.train.max_steps > 0
+        if config.model.d_model <= 512:
+            model = Transformer(config.model.__class__(**{**config.model.__dict__, "vocab_size": 1000}))
+            assert model.num_parameters() > 0
+    base = load_config(ROOT / "recipes" / "wmt14-base.toml")
+    assert (base.model.d_model, base.model.n_layers, base.train.warmup_steps, base.decode.beam) == (512, 6, 4000, 4)
+    big = load_config(ROOT / "recipes" / "wmt14-big.toml")
+    assert (big.model.d_model, big.model.dropout, big.train.max_steps) == (1024, 0.3, 300_000)
+
+
+def test_demo_recipe_matches_the_demo():
+    from transduce.demo import DEMO_SETTINGS
+
+    config = load_config(ROOT / "recipes" / "demo.toml")
+    for section in ("model", "train", "decode"):
+        for key, value in DEMO_SETTINGS[section].items():
+            assert getattr(getattr(config, section), key) == value, f"{section}.{key}"
+
+
+def test_unknown_keys_and_wrong_types_are_refused(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[train]\nmax_step = 10\n")
+    with pytest.raises(ConfigError, match="unknown key train.max_step"):
+        load_config(recipe)
+    recipe.write_text("[train]\nmax_steps = 'ten'\n")
+    with pytest.raises(ConfigError, match="train.max_steps: expected an integer"):
+        load_config(recipe)
+    with pytest.raises(ConfigError, match="unknown section"):
+        load_config(None, ["optim.lr=1"])
+    config = load_config(None, ["train.max_steps=7", "model.norm_first=true", "data.src=fr", "train.lr_scale=2"])
+    assert (config.train.max_steps, config.model.norm_first, config.data.src, config.train.lr_scale) == (
+        7, True, "fr", 2.0)
+
+
+def test_cli_refuses_bad_recipe_and_unknown_command(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[model]\nd_model = 30\nn_heads = 4\n")
+    proc = run_cli("train", str(recipe), "--out", str(tmp_path / "run"), check=False)
+    assert proc.returncode == 1 and "divisible" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("frobnicate", check=False)
+    assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_training_logs_saves_and_does_nothing_when_finished(tmp_path, toy_corpus):
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=30, save_every=10, valid_every=15)
+    result = train(load_config(recipe), tmp_path / "run", quiet=True)
+    assert result["step"] == 30
+    run = tmp_path / "run"
+    assert [p.name for p in checkpoint_dirs(run)] == ["step-00000010", "step-00000020", "step-00000030"]
+    for name in ("config.json", "tokenizer.model", "best.safetensors", "train.log", "data/summary.json"):
+        assert (run / name).is_file(), name
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in train_records] == [5, 10, 15, 20, 25, 30]
+    assert train_records[-1]["loss"] < train_records[0]["loss"]
+    assert all({"lr", "loss", "nll", "ppl", "tokens_per_s", "padding_efficiency", "elapsed"} <= r.keys()
+               for r in train_records)
+    valid = [r for r in records if r["kind"] == "valid"]
+    assert [r["step"] for r in valid] == [15, 30] and "valid_bleu" in valid[0]
+    again = train(load_config(recipe), run, quiet=True)
+    assert again["step"] == 30 and len(checkpoint_dirs(run)) == 3
+    assert "nothing to do" in (run / "train.log").read_text()
+
+
+def test_resuming_with_another_model_is_refused(tmp_path, toy_corpus):
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=5, save_every=5)
+    train(load_config(recipe), tmp_path / "run", quiet=True)
+    with pytest.raises(ConfigError, match="model.d_model"):
+        train(load_config(recipe, ["model.d_model=64"]), tmp_path / "run", quiet=True)
+    with pytest.raises(ConfigError, match="vocab_size"):
+        train(load_config(recipe, ["model.vocab_size=99"]), tmp_path / "other", quiet=True)
+
+
+def _final_weights(run: Path) -> dict:
+    return load_file(str(checkpoint_dirs(run)[-1] / "model.safetensors"))
+
+
+def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path, toy_corpus):
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=120, save_every=10)
+    run_cli("train", str(recipe), "--out", str(tmp_path / "straight"))
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "transduce", "train", str(recipe), "--out",
+                             str(tmp_path / "killed")], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    ckpt = tmp_path / "killed" / "checkpoints" / "step-00000030"
+    deadline = time.time() + 120
+    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = int(checkpoint_dirs(tmp_path / "killed")[-1].name.split("-")[1])
+    assert 30 <= killed_at < 120, "the kill must land in the middle of training"
+    resumed = run_cli("train", str(recipe), "--out", str(tmp_path / "killed"))
+    assert "resumed from" in resumed.stderr
+
+    a, b = _final_weights(tmp_path / "straight"), _final_weights(tmp_path / "killed")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    log_a = [json.loads(l) for l in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
+    log_b = [json.loads(l) for l in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log_a] == [r["step"] for r in log_b]
+    assert [r["loss"] for r in log_a] == [r["loss"] for r in log_b]
+
+
+def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, toy_corpus):
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=100000, save_every=100000)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "transduce", "train", str(recipe), "--out", str(tmp_path / "run")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2) and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Traceback" not in err and "interrupted at step" in err
+    (ckpt,) = checkpoint_dirs(tmp_path / "run")
+    assert int(ckpt.name.split("-")[1]) >= 10
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_good_checkpoints(tmp_path, toy_corpus, monkeypatch):
+    import transduce.train as train_module
+
+    calls = {"n": 0}
+    real = train_module.label_smoothed_nll
+
+    def poisoned(logits, target, **kw):
+        calls["n"] += 1
+        loss, nll = real(logits, target, **kw)
+        return (loss * float("nan"), nll) if calls["n"] >= 13 else (loss, nll)
+
+    monkeypatch.setattr(train_module, "label_smoothed_nll", poisoned)
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=40, save_every=5)
+    with pytest.raises(TrainingError, match=r"at step 13\b.*step-00000010"):
+        train(load_config(recipe), tmp_path / "run", quiet=True)
+    dirs = checkpoint_dirs(tmp_path / "run")
+    assert [d.name for d in dirs] == ["step-00000005", "step-00000010"]
+    for d in dirs:
+        assert all(torch.isfinite(t).all() for t in load_file(str(d / "model.safetensors")).values())
+
+
+def test_average_is_the_elementwise_mean(tmp_path, toy_corpus):
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=15, save_every=5)
+    train(load_config(recipe), tmp_path / "run", quiet=True)
+    proc = run_cli("average", str(tmp_path / "run"), "--last", "3")
+    assert "averaged" in proc.stdout
+    averaged = load_file(str(tmp_path / "run" / "averaged.safetensors"))
+    parts = [load_file(str(d / "model.safetensors")) for d in checkpoint_dirs(tmp_path / "run")]
+    for name, tensor in averaged.items():
+        assert torch.allclose(tensor, sum(p[name] for p in parts) / 3, atol=1e-6)
+    assert average_checkpoints(checkpoint_dirs(tmp_path / "run")[-1:])[name].equal(parts[-1][name])
+    proc = run_cli("average", str(tmp_path / "run"), "--last", "9", check=False)
+    assert proc.returncode == 1 and "only 3" in proc.stderr
+
+
+def test_ddp_two_processes_equal_one_process_with_accumulation(tmp_path, toy_corpus):
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=6, save_every=6, dropout=0.0)
+    run_cli("train", str(recipe), "--out", str(tmp_path / "single"), "--set", "train.accumulate=2")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", "29517", "-m", "transduce", "train", str(recipe), "--out",
+                           str(tmp_path / "ddp")], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = _final_weights(tmp_path / "single"), _final_weights(tmp_path / "ddp")
+    for name in a:
+        assert torch.allclose(a[name], b[name], atol=1e-5), name
+    # the updates did move the weights (the comparison is not between two untouched initialisations)
+    torch.manual_seed(3)
+    from transduce.config import read_config
+    from transduce.model import Transformer
+
+    init = Transformer(read_config(tmp_path / "ddp" / "config.json").model).state_dict()
+    assert any(not torch.allclose(init[n], b[n], atol=1e-3) for n in b)
+    steps = [json.loads(l)["step"] for l in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [5, 6]  # rank 0 alone logs
