@@ -14,6 +14,7 @@ so a kill at any moment leaves the previous checkpoint loadable. Nothing here un
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -40,6 +41,22 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_directory(final: str | Path):
+    """Yield a temporary folder beside `final`; on success it replaces `final`, on any failure it is removed."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
@@ -135,23 +152,15 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model: torch.nn.Module, o
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step}-", dir=root))
-    final = root / f"step-{step:08d}"
-    try:
+    with atomic_directory(root / f"step-{step:08d}") as tmp:
         save_model(model, str(tmp / "model.safetensors"), metadata={"step": str(step)})
         opt_tensors, opt_meta = _optimizer_to_tensors(optimizer)
         save_file({**opt_tensors, **rng_state()}, str(tmp / "optimizer.safetensors"))
         (tmp / "trainer.json").write_text(json.dumps({**trainer, "step": step, "optimizer": opt_meta}, indent=2),
                                           encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     for old in checkpoint_dirs(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
-    return final
+    return root / f"step-{step:08d}"
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:

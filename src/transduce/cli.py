@@ -46,6 +46,10 @@ def cmd_train(args) -> int:
         config = apply_overrides(read_config(saved).to_dict(), args.set)
     else:
         config = load_config(args.recipe, args.set)
+    shortcuts = [f"train.device={args.device}"] if args.device else []
+    shortcuts += ["train.compile=true"] if args.compile else []
+    if shortcuts:
+        config = apply_overrides(config.to_dict(), shortcuts)
     try:
         train(config, args.out)
     except KeyboardInterrupt:
@@ -149,6 +153,92 @@ def cmd_score(args) -> int:
     return 0
 
 
+def cmd_attention(args) -> int:
+    from .plot import plot_attention, plot_token_attention
+    from .translate import Translator
+
+    translator = Translator.from_run(args.run, device=args.device)
+    maps = translator.attention(args.src, args.tgt)
+    formats = tuple(args.format) or ("png",)
+    n_layers = maps.encoder.shape[0]
+    layers = [(l - 1 if l > 0 else l) % n_layers for l in (args.layer or [-1])]  # 1-based or from the end
+    drawn = plot_attention(maps, args.out, layers=layers, heads=args.head or None, formats=formats)
+    print(f"source: {' '.join(maps.source_pieces)}\ntarget: {' '.join(maps.target_pieces)}")
+    for files, _ in drawn.values():
+        print("wrote " + ", ".join(map(str, files)))
+    if args.token is not None:
+        kind = "encoder" if args.token_side == "source" else "decoder"
+        labels = maps.source_pieces if kind == "encoder" else maps.target_pieces
+        query = _find_token(labels, args.token)
+        for layer in layers:
+            out = Path(args.out) / f"token_{kind}_{query}_L{layer + 1}.png"
+            plot_token_attention(maps, query, out, kind=kind, layer=layer)
+            print(f"wrote {out}")
+    return 0
+
+
+def _find_token(pieces: list[str], token: str) -> int:
+    from .config import ConfigError
+
+    if token.lstrip("-").isdigit():
+        index = int(token)
+        if not -len(pieces) <= index < len(pieces):
+            raise ConfigError(f"--token {token}: the sentence has {len(pieces)} pieces")
+        return index % len(pieces)
+    for i, piece in enumerate(pieces):
+        if piece.lstrip("\u2581") == token:
+            return i
+    raise ConfigError(f"--token {token!r} is not one of the pieces: {' '.join(pieces)}")
+
+
+def cmd_plot(args) -> int:
+    from .data import DataError
+    from .plot import plot_curves
+
+    for run in args.runs:
+        if not (Path(run) / "metrics.jsonl").is_file():
+            raise DataError(f"{run}: no metrics.jsonl (not a training run directory?)")
+    plot_curves(args.runs, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_classify_train(args) -> int:
+    from .classify import ClassifierRunConfig, train_classifier
+    from .config import load_config
+
+    config = load_config(args.recipe, args.set, ClassifierRunConfig)
+    try:
+        train_classifier(config, args.out)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def cmd_classify_predict(args) -> int:
+    from .classify import Classifier
+
+    classifier = Classifier.from_run(args.run, device=args.device)
+    lines = _read_input(args.input)
+    keep = [i for i, line in enumerate(lines) if line.strip()]
+    probs = classifier.predict_proba([lines[i] for i in keep]) if keep else None
+    rows = [""] * len(lines)  # an empty line gets an empty answer
+    for j, i in enumerate(keep):
+        best = int(probs[j].argmax())
+        rows[i] = classifier.labels[best]
+        if args.probabilities:
+            rows[i] += "\t" + "\t".join(f"{label}={p:.4f}" for label, p in zip(classifier.labels, probs[j].tolist()))
+    sys.stdout.write("".join(r + "\n" for r in rows))
+    return 0
+
+
+def cmd_classify_evaluate(args) -> int:
+    from .classify import Classifier, evaluate_file
+
+    evaluate_file(Classifier.from_run(args.run, device=args.device), args.data)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="transduce", description=__doc__.split(":")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -179,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe", nargs="?", help="TOML recipe (omit to resume the run in --out with its config)")
     p.add_argument("--out", required=True, help="run directory; training resumes if it holds checkpoints")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the recipe")
+    p.add_argument("--device", help="cpu, cuda, cuda:1, ... (same as --set train.device=...)")
+    p.add_argument("--compile", action="store_true", help="use torch.compile (same as --set train.compile=true)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("average", help="average the last N checkpoints of a run")
@@ -216,6 +308,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lowercase", action="store_true")
     p.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer (13a, intl, none, ...)")
     p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("attention", help="heatmaps of the attention weights for one sentence")
+    p.add_argument("run", help="run directory, or a .safetensors weights file inside one")
+    p.add_argument("--src", required=True, help="the source sentence")
+    p.add_argument("--tgt", help="the target sentence (default: the model's own translation)")
+    p.add_argument("--out", required=True, help="folder for the pictures")
+    p.add_argument("--layer", type=int, action="append", help="layer (1-based from the start, negative from the "
+                   "end; repeatable; default: the last)")
+    p.add_argument("--head", type=int, action="append", help="0-based head index (repeatable; default: all)")
+    p.add_argument("--format", action="append", choices=["png", "svg"], default=[], help="png (default) or svg")
+    p.add_argument("--token", help="also draw one query token's attention per head (a piece or an index)")
+    p.add_argument("--token-side", choices=["source", "target"], default="source")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=cmd_attention)
+
+    p = sub.add_parser("classify", help="the encoder-only classifier: train, predict, evaluate")
+    csub = p.add_subparsers(dest="classify_command", required=True, metavar="ACTION")
+    c = csub.add_parser("train", help="train (or resume) a classifier from a TOML recipe")
+    c.add_argument("recipe")
+    c.add_argument("--out", required=True)
+    c.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    c.set_defaults(func=cmd_classify_train)
+    c = csub.add_parser("predict", help="one label per input line (stdin or --input)")
+    c.add_argument("run")
+    c.add_argument("--input")
+    c.add_argument("--probabilities", action="store_true", help="append LABEL=P for every label")
+    c.add_argument("--device", default="auto")
+    c.set_defaults(func=cmd_classify_predict)
+    c = csub.add_parser("evaluate", help="accuracy, per-class precision/recall/F1, confusion matrix")
+    c.add_argument("run")
+    c.add_argument("--data", required=True, help="labelled TSV or JSONL (plain or .gz)")
+    c.add_argument("--device", default="auto")
+    c.set_defaults(func=cmd_classify_evaluate)
+
+    p = sub.add_parser("plot", help="training curves of one or more runs")
+    p.add_argument("runs", nargs="+", help="run directories")
+    p.add_argument("--out", required=True, help="image file (.png or .svg)")
+    p.set_defaults(func=cmd_plot)
     return parser
 
 

@@ -137,7 +137,7 @@ class TrainConfig:
     max_steps: int = 100_000  # total optimizer updates; resuming counts from the saved step
     max_tokens: int = 4096  # per micro-batch, per side, padded tokens
     accumulate: int = 1  # micro-batches per update (and per rank)
-    lr_schedule: str = "noam"  # "noam" = Eq. 3 times lr_scale; "inverse_sqrt" = fairseq's, peaking at peak_lr
+    lr_schedule: str = "noam"  # "noam" = Eq. 3 x lr_scale; "inverse_sqrt" (fairseq's) or "constant": peak_lr
     lr_scale: float = 1.0
     peak_lr: float = 5e-4
     warmup_steps: int = 4000
@@ -151,22 +151,25 @@ class TrainConfig:
     valid_bleu: bool = True
     valid_max_sentences: int = 500
     valid_beam: int = 1
-    early_stop_metric: str = "loss"  # "loss" or "bleu"; also picks the best checkpoint
+    early_stop_metric: str = "loss"  # "loss", "bleu" (translation) or "accuracy" (classification); picks "best"
     patience: int = 0  # validations without improvement before stopping; 0 = never stop early
     save_every: int = 1000
     keep_last: int = 5
     log_every: int = 50
     max_minutes: float = 0.0  # stop (and save) after this much wall-clock time; 0 = no limit
+    max_epochs: int = 0  # stop after this many passes over the training data; 0 = no limit
     seed: int = 1
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
     compile: bool = False
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
 
     def __post_init__(self) -> None:
-        if self.lr_schedule not in ("noam", "inverse_sqrt"):
-            raise ConfigError(f"train.lr_schedule must be 'noam' or 'inverse_sqrt', got {self.lr_schedule!r}")
-        if self.early_stop_metric not in ("loss", "bleu"):
-            raise ConfigError(f"train.early_stop_metric must be 'loss' or 'bleu', got {self.early_stop_metric!r}")
+        if self.lr_schedule not in ("noam", "inverse_sqrt", "constant"):
+            raise ConfigError(f"train.lr_schedule must be 'noam', 'inverse_sqrt' or 'constant', "
+                              f"got {self.lr_schedule!r}")
+        if self.early_stop_metric not in ("loss", "bleu", "accuracy"):
+            raise ConfigError(f"train.early_stop_metric must be 'loss', 'bleu' or 'accuracy', "
+                              f"got {self.early_stop_metric!r}")
         for name in ("max_steps", "max_tokens", "accumulate", "warmup_steps", "valid_every", "save_every",
                      "keep_last", "log_every"):
             if getattr(self, name) <= 0:
@@ -206,9 +209,6 @@ class Config:
 
     def replace(self, **sections) -> "Config":
         return dataclasses.replace(self, **sections)
-
-
-_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}
 
 
 def _coerce(value, annotation, key: str):
@@ -263,16 +263,17 @@ def _build_section(cls, values: dict, section: str):
     return cls(**kwargs)
 
 
-def config_from_dict(raw: dict) -> Config:
-    """Build a Config from nested dicts (a parsed recipe or a saved config.json)."""
+def config_from_dict(raw: dict, cls=Config):
+    """Build a Config (or another config of sections, such as ClassifierRunConfig) from nested dicts."""
+    known = {f.name: typing.get_type_hints(cls)[f.name] for f in dataclasses.fields(cls)}
     sections = {}
     for name, values in raw.items():
-        if name not in _SECTIONS:
-            raise ConfigError(f"unknown section [{name}] (known: {', '.join(_SECTIONS)})")
+        if name not in known:
+            raise ConfigError(f"unknown section [{name}] (known: {', '.join(known)})")
         if not isinstance(values, dict):
             raise ConfigError(f"[{name}] must be a table of keys")
-        sections[name] = _build_section(_SECTIONS[name], values, name)
-    return Config(**sections)
+        sections[name] = _build_section(known[name], values, name)
+    return cls(**sections)
 
 
 def parse_override(text: str) -> tuple[str, str, object]:
@@ -288,7 +289,7 @@ def parse_override(text: str) -> tuple[str, str, object]:
     return section, key, value
 
 
-def load_config(recipe: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
+def load_config(recipe: str | Path | None = None, overrides: typing.Sequence[str] = (), cls=Config):
     """Read a TOML recipe (or the defaults when None), then apply `section.key=value` overrides."""
     raw: dict = {}
     if recipe is not None:
@@ -301,25 +302,25 @@ def load_config(recipe: str | Path | None = None, overrides: typing.Sequence[str
             raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"{path}: not valid TOML: {err}") from None
-    return apply_overrides(raw, overrides)
+    return apply_overrides(raw, overrides, cls)
 
 
-def apply_overrides(raw: dict, overrides: typing.Sequence[str]) -> Config:
+def apply_overrides(raw: dict, overrides: typing.Sequence[str], cls=Config):
     raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     for text in overrides:
         section, key, value = parse_override(text)
         raw.setdefault(section, {})[key] = value
-    return config_from_dict(raw)
+    return config_from_dict(raw, cls)
 
 
-def save_config(config: Config, path: Path) -> None:
+def save_config(config, path: Path) -> None:
     from .checkpoint import atomic_write_text
 
-    atomic_write_text(path, json.dumps(config.to_dict(), indent=2) + "\n")
+    atomic_write_text(path, json.dumps(dataclasses.asdict(config), indent=2) + "\n")
 
 
-def read_config(path: Path) -> Config:
+def read_config(path: Path, cls=Config):
     try:
-        return config_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        return config_from_dict(json.loads(Path(path).read_text(encoding="utf-8")), cls)
     except (OSError, json.JSONDecodeError) as err:
         raise ConfigError(f"{path}: cannot read the run's config ({err})") from None

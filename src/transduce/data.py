@@ -11,8 +11,6 @@ import gzip
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .checkpoint import atomic_directory
 from .config import DataConfig
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError
 
@@ -155,11 +154,14 @@ class Batch:
     n_tokens: int  # non-pad target tokens
     n_padded: int  # padded source + target positions (for padding efficiency)
     n_real: int  # real source + target positions
+    positions: torch.Tensor  # (n_tokens,) flat indices of the non-pad target positions in B*T
+    target: torch.Tensor  # (n_tokens,) tgt_out at those positions
 
     def to(self, device: torch.device) -> "Batch":
         nb = device.type == "cuda"
-        return Batch(self.src.to(device, non_blocking=nb), self.tgt_in.to(device, non_blocking=nb),
-                     self.tgt_out.to(device, non_blocking=nb), self.n_tokens, self.n_padded, self.n_real)
+        return Batch(*(t.to(device, non_blocking=nb) for t in (self.src, self.tgt_in, self.tgt_out)),
+                     self.n_tokens, self.n_padded, self.n_real,
+                     *(t.to(device, non_blocking=nb) for t in (self.positions, self.target)))
 
 
 def collate(corpus: ParallelCorpus, indices: np.ndarray) -> Batch:
@@ -178,8 +180,10 @@ def collate(corpus: ParallelCorpus, indices: np.ndarray) -> Batch:
         tgt_out[row, : len(t)] = t
         tgt_out[row, len(t)] = EOS_ID
     n_tokens = int(tgt_len.sum())
+    positions = np.flatnonzero(tgt_out != PAD_ID)
     return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), n_tokens,
-                 n_padded=src.size + tgt_in.size, n_real=int(src_len.sum()) + n_tokens)
+                 n_padded=src.size + tgt_in.size, n_real=int(src_len.sum()) + n_tokens,
+                 positions=torch.from_numpy(positions), target=torch.from_numpy(tgt_out.reshape(-1)[positions]))
 
 
 # prepare ----------------------------------------------------------------------------------------------------------
@@ -247,16 +251,8 @@ def prepare(config: DataConfig, out_dir: str | Path, *, max_tokens: int = 4096, 
             return load_prepared(out_dir)
         log(f"data: inputs or options changed since {out_dir} was prepared; preparing again")
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with atomic_directory(out_dir) as tmp:
         summary = _prepare_into(config, files, tmp, key, max_tokens)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log(format_summary(summary))
     return load_prepared(out_dir)
 

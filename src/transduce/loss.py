@@ -4,6 +4,13 @@ Convention for the smoothing mass: the target distribution is (1 - eps) on the r
 uniformly over the whole vocabulary (eps / V on every token, the reference included) — the form of Szegedy et al.
 and of torch's `cross_entropy(label_smoothing=eps)`. fairseq instead spreads eps over the V - 1 other tokens; the
 difference is O(eps / V). Padding positions of the target contribute nothing.
+
+With -log p_i = lse - z_i (lse = logsumexp of the logits z), per token:
+    nll  = lse - z_target
+    loss = (1 - eps) * nll + eps * (lse - mean(z))
+and the gradient is softmax(z) - ((1 - eps) * onehot(target) + eps / V). `_SmoothedCrossEntropy` computes exactly
+that, reading the (N, V) logits a few times instead of materialising log-probabilities and their gradient
+separately (the loss is ~15% of a training step on CPU otherwise).
 """
 
 from __future__ import annotations
@@ -12,20 +19,37 @@ import torch
 from torch import Tensor
 
 
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, weight: Tensor, eps: float):
+        lse = torch.logsumexp(logits, dim=-1)  # (N,)
+        nll = lse - logits.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
+        loss = nll if eps == 0.0 else (1.0 - eps) * nll + eps * (lse - logits.mean(dim=-1))
+        ctx.save_for_backward(logits, target, weight, lse)
+        ctx.eps = eps
+        nll_sum = (nll * weight).sum()
+        ctx.mark_non_differentiable(nll_sum)
+        return (loss * weight).sum(), nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
+        logits, target, weight, lse = ctx.saved_tensors
+        eps, vocab = ctx.eps, logits.size(1)
+        grad = torch.exp(logits - lse.unsqueeze(1))  # softmax, (N, V)
+        if eps:
+            grad.sub_(eps / vocab)
+        grad.scatter_add_(1, target.unsqueeze(1), torch.full_like(lse, eps - 1.0).unsqueeze(1))
+        grad.mul_((weight * grad_loss).unsqueeze(1))
+        return grad, None, None, None
+
+
 def label_smoothed_nll(logits: Tensor, target: Tensor, *, eps: float, pad_id: int) -> tuple[Tensor, Tensor]:
     """logits (..., V), target (...) -> (loss, nll), both SUMMED over non-pad target tokens.
 
     Callers divide by the number of target tokens of the whole (accumulated, all-rank) batch (DESIGN.md rule 6).
-    With eps = 0, loss == nll.
+    With eps = 0, loss == nll. Computed in float32 even under autocast.
     """
-    lprobs = torch.log_softmax(logits.float(), dim=-1)  # (N, V), float32 even under autocast
     target = target.reshape(-1)
-    lprobs = lprobs.reshape(target.numel(), -1)
-    keep = target.ne(pad_id)
-    nll = -lprobs.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
-    nll_sum = nll.masked_fill(~keep, 0.0).sum()
-    if eps == 0.0:
-        return nll_sum, nll_sum
-    smooth = -lprobs.mean(dim=-1)  # (N,): cross-entropy against the uniform distribution
-    loss = (1.0 - eps) * nll + eps * smooth
-    return loss.masked_fill(~keep, 0.0).sum(), nll_sum
+    logits = logits.float().reshape(target.numel(), -1)
+    weight = target.ne(pad_id).to(logits.dtype)
+    return _SmoothedCrossEntropy.apply(logits, target, weight, eps)

@@ -289,6 +289,21 @@ class Decoder(nn.Module):
         return x[:, 0]  # (B, D)
 
 
+def init_parameters(root: nn.Module, d_model: int) -> None:
+    """Xavier-uniform projections and zero biases (as fairseq and the Annotated Transformer); embeddings
+    N(0, d_model^-0.5) so that embedding * sqrt(d_model) has unit scale; padding row zero."""
+    for module in root.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=d_model ** -0.5)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer. `forward(src, tgt_in) -> logits (B, T, V)`.
 
@@ -309,22 +324,9 @@ class Transformer(nn.Module):
         self.encoder = Encoder(config, src_tokens)
         self.decoder = Decoder(config, tgt_tokens)
         self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self._init_weights()
+        init_parameters(self, config.d_model)
         if config.tie_embeddings:
             self.output.weight = tgt_tokens.weight
-
-    def _init_weights(self) -> None:
-        # Xavier-uniform projections and zero biases (as fairseq and the Annotated Transformer); embeddings
-        # N(0, d_model^-0.5) so that embedding * sqrt(d_model) has unit scale, padding row zero.
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=self.config.d_model ** -0.5)
-                if module.padding_idx is not None:
-                    nn.init.zeros_(module.weight[module.padding_idx])
 
     def pad_mask(self, tokens: Tensor) -> Tensor:
         return tokens.eq(self.config.pad_id)  # (B, L), True = padding
@@ -335,8 +337,14 @@ class Transformer(nn.Module):
     def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor) -> Tensor:
         return self.output(self.decoder(tgt_in, memory, src_pad_mask))  # (B, T, V)
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        return self.decode(tgt_in, self.encode(src), self.pad_mask(src))  # (B, T, V)
+    def forward(self, src: Tensor, tgt_in: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Logits (B, T, V); or, given `positions` (flat indices into B*T), logits (len(positions), V) for those
+        positions only (training skips the pre-softmax projection of padding)."""
+        memory = self.encode(src)
+        if positions is None:
+            return self.decode(tgt_in, memory, self.pad_mask(src))  # (B, T, V)
+        h = self.decoder(tgt_in, memory, self.pad_mask(src))  # (B, T, D)
+        return self.output(h.reshape(-1, h.size(-1)).index_select(0, positions))  # (N, V)
 
     def start_decoding(self, memory: Tensor, src_pad_mask: Tensor) -> DecoderCache:
         """Encoder-decoder keys/values are computed here, once per batch."""

@@ -24,6 +24,8 @@ def inverse_sqrt_lr(step: int, *, peak_lr: float, warmup_steps: int) -> float:
 
 
 def learning_rate(step: int, config: TrainConfig, d_model: int) -> float:
+    if config.lr_schedule == "constant":  # linear warm-up, then peak_lr (e.g. the seed report's Adam at 1e-3)
+        return config.peak_lr * min(1.0, max(step, 1) / config.warmup_steps)
     if config.lr_schedule == "inverse_sqrt":
         return inverse_sqrt_lr(step, peak_lr=config.peak_lr, warmup_steps=config.warmup_steps)
     return noam_lr(step, d_model=d_model, warmup_steps=config.warmup_steps, scale=config.lr_scale)

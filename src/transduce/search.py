@@ -59,8 +59,7 @@ def greedy_search(model, src: Tensor, *, max_len_a: float = 1.0, max_len_b: int 
     for t in range(int(max_len.max())):
         lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (B, V)
         lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
-        forced = max_len.eq(t + 1)  # the last allowed position must be EOS
-        lprobs[forced] = torch.where(torch.arange(lprobs.size(1), device=src.device) == EOS_ID, 0.0, float("-inf"))
+        lprobs = _force_eos(lprobs, max_len.eq(t + 1))  # the last allowed position must be EOS
         best, nxt = lprobs.max(dim=-1)  # (B,)
         nxt = nxt.masked_fill(done, PAD_ID)
         log_prob += best.masked_fill(done, 0.0)
@@ -101,11 +100,7 @@ def beam_search(model, src: Tensor, *, beam: int = 4, alpha: float = 0.6, length
         lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (N, V)
         vocab = lprobs.size(1)
         lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
-        forced = max_len[sent].eq(t + 1).repeat_interleave(k)  # (N,): last allowed position -> EOS only
-        if bool(forced.any()):
-            eos_only = torch.full((vocab,), float("-inf"), device=device)
-            eos_only[EOS_ID] = 0.0
-            lprobs[forced] = eos_only
+        lprobs = _force_eos(lprobs, max_len[sent].eq(t + 1).repeat_interleave(k))  # last allowed position
         cand = (scores.view(-1, 1) + lprobs).view(b, k * vocab)  # (B, k*V)
         top_score, top_index = cand.topk(2 * k, dim=1)  # (B, 2k): at most k of them end in EOS
         origin = top_index // vocab  # (B, 2k) beam each candidate extends
@@ -147,6 +142,13 @@ def beam_search(model, src: Tensor, *, beam: int = 4, alpha: float = 0.6, length
             fin_score, fin_raw, fin_tokens = fin_score[keep_sent], fin_raw[keep_sent], fin_tokens[keep_sent]
             cache.select(keep_rows)
     return finished
+
+
+def _force_eos(lprobs: Tensor, forced: Tensor) -> Tensor:
+    """Rows where `forced` (N,) is True may only produce EOS (log-probability 0). No host sync."""
+    eos_only = torch.full_like(lprobs[:1], float("-inf"))
+    eos_only[0, EOS_ID] = 0.0
+    return torch.where(forced.unsqueeze(1), eos_only, lprobs)
 
 
 def _collect(tokens: Tensor, norm: Tensor, raw: Tensor, nbest: int) -> list[Hypothesis]:

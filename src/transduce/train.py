@@ -182,21 +182,58 @@ def _first_bad(losses: list[tuple[int, torch.Tensor]]) -> tuple[int, float] | No
     return None
 
 
+class TranslationTask:
+    """What the loop needs to know about translation: batches, the loss, validation. (classify.py has the other.)"""
+
+    metrics = {"loss": ("valid_loss", False), "bleu": ("valid_bleu", True)}  # name -> (key, higher is better)
+
+    def __init__(self, config: Config, data: Prepared) -> None:
+        self.config, self.data = config, data
+        self.corpus: ParallelCorpus = data.splits["train"]
+        self.has_validation = "valid" in data.splits
+        self.description = f"{len(self.corpus):,} training pairs"
+
+    def build_model(self) -> Transformer:
+        return Transformer(self.config.model)
+
+    def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+        return make_batches(self.corpus.src_lengths, self.corpus.tgt_lengths, max_tokens=max_tokens, seed=seed,
+                            epoch=epoch)
+
+    def collate(self, indices: np.ndarray) -> Batch:
+        return collate(self.corpus, indices)
+
+    def loss(self, net, batch: Batch, autocast) -> tuple[torch.Tensor, torch.Tensor]:
+        """(label-smoothed loss, nll), summed over the batch's target tokens (batch.n_tokens of them)."""
+        with autocast():
+            logits = net(batch.src, batch.tgt_in, batch.positions)  # (n_tokens, V): padding never projected
+        return label_smoothed_nll(logits, batch.target, eps=self.config.train.label_smoothing,
+                                  pad_id=self.config.model.pad_id)
+
+    def validate(self, model, device: torch.device) -> dict:
+        return validate(model, self.data, self.config, device)
+
+
 def train(config: Config, run_dir: str | Path, *, quiet: bool = False) -> dict:
-    """Train (or resume) the run in `run_dir`. Returns a summary: final step, best validation, stop reason."""
+    """Train (or resume) a translation model in `run_dir`. Returns final step, best validation, stop reason."""
     run_dir = Path(run_dir)
     ranks, device = setup_distributed(config.train.device)
     if ranks.main:
         run_dir.mkdir(parents=True, exist_ok=True)
-    if config.train.num_threads:
-        torch.set_num_threads(config.train.num_threads)
     runlog = RunLog(run_dir, ranks.main, quiet)
     config, data = prepare_run(config, run_dir, ranks, runlog.text)
-    tc = config.train
-    corpus: ParallelCorpus = data.splits["train"]
+    result = run_training(TranslationTask(config, data), config.train, run_dir, ranks=ranks, device=device,
+                          runlog=runlog, quiet=quiet)
+    return {**result, "config": config}
 
+
+def run_training(task, tc, run_dir: Path, *, ranks: Ranks, device: torch.device, runlog: RunLog,
+                 quiet: bool = False) -> dict:
+    """The loop, for any task with build_model / batches / collate / loss / validate (see TranslationTask)."""
+    if tc.num_threads:
+        torch.set_num_threads(tc.num_threads)
     torch.manual_seed(tc.seed)
-    model = Transformer(config.model).to(device)
+    model = task.build_model().to(device)
     optimizer = build_optimizer(model, tc)
     state = {"epoch": 0, "update_in_epoch": 0, "best": None, "bad_validations": 0, "elapsed": 0.0,
              "oom_skips": 0, "target_tokens": 0}
@@ -210,13 +247,14 @@ def train(config: Config, run_dir: str | Path, *, quiet: bool = False) -> dict:
         runlog.truncate_after(step)
         runlog.text(f"resumed from {checkpoints[-1]} at step {step} (epoch {state['epoch']}, "
                     f"update {state['update_in_epoch']} of that epoch)")
-    if step >= tc.max_steps:
-        runlog.text(f"nothing to do: the run is at step {step} and train.max_steps is {tc.max_steps} "
-                    "(raise it with --set train.max_steps=N to train longer)")
-        return {"step": step, "stopped": "max_steps", "best": state["best"], "config": config}
+    epochs_done = lambda: tc.max_epochs and state["epoch"] >= tc.max_epochs  # noqa: E731
+    if step >= tc.max_steps or epochs_done():
+        runlog.text(f"nothing to do: the run is at step {step}, epoch {state['epoch']} (train.max_steps "
+                    f"{tc.max_steps}, train.max_epochs {tc.max_epochs}); raise them with --set to train longer")
+        return {"step": step, "stopped": "max_steps", "best": state["best"]}
 
     runlog.text(f"model: {model.num_parameters():,} parameters; device {device}; world size {ranks.world_size}; "
-                f"{len(corpus):,} training pairs; {tc.max_tokens} tokens per micro-batch x {tc.accumulate} "
+                f"{task.description}; {tc.max_tokens} tokens per micro-batch x {tc.accumulate} "
                 f"accumulated x {ranks.world_size} ranks")
     net: torch.nn.Module = model
     if ranks.world_size > 1:
@@ -251,12 +289,15 @@ def train(config: Config, run_dir: str | Path, *, quiet: bool = False) -> dict:
     stopped, consecutive_oom = "max_steps", 0
     net.train()
     try:
-        while step < tc.max_steps and stopped == "max_steps":
-            batches = make_batches(corpus.src_lengths, corpus.tgt_lengths, max_tokens=tc.max_tokens, seed=tc.seed,
-                                   epoch=state["epoch"])
+        while step < tc.max_steps and stopped == "max_steps" and not epochs_done():
+            batches = task.batches(max_tokens=tc.max_tokens, seed=tc.seed, epoch=state["epoch"])
             groups = update_groups(batches, world_size=ranks.world_size, rank=ranks.rank, accumulate=tc.accumulate)
+            if tc.max_epochs:  # the bar counts to whichever limit comes first
+                bar.total = min(tc.max_steps, step - state["update_in_epoch"]
+                                + (tc.max_epochs - state["epoch"]) * len(groups))
+            epoch_end = False
             for u in range(state["update_in_epoch"], len(groups)):
-                micro = [collate(corpus, ix) if ix is not None else None for ix in groups[u]]
+                micro = [task.collate(ix) if ix is not None else None for ix in groups[u]]
                 n_tokens = sum(b.n_tokens for b in micro if b is not None)
                 if ranks.world_size > 1:
                     total = torch.tensor(float(n_tokens), device=device)
@@ -265,8 +306,8 @@ def train(config: Config, run_dir: str | Path, *, quiet: bool = False) -> dict:
                 else:
                     n_tokens_all = float(n_tokens)
                 try:
-                    loss_sum, nll_sum = _accumulate(net, micro, corpus, n_tokens_all, ranks.world_size, tc,
-                                                    device, autocast, config.model.pad_id)
+                    loss_sum, nll_sum = _accumulate(task, net, micro, n_tokens_all, ranks.world_size, device,
+                                                    autocast)
                     consecutive_oom = 0
                 except torch.cuda.OutOfMemoryError:
                     if ranks.world_size > 1:
@@ -280,7 +321,7 @@ def train(config: Config, run_dir: str | Path, *, quiet: bool = False) -> dict:
                     if consecutive_oom >= 3:
                         raise TrainingError("out of GPU memory on 3 updates in a row; lower train.max_tokens")
                     continue
-                lr = learning_rate(step + 1, tc, config.model.d_model)
+                lr = learning_rate(step + 1, tc, getattr(model.config, "d_model", 512))
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 if tc.clip_norm > 0:
@@ -289,6 +330,10 @@ def train(config: Config, run_dir: str | Path, *, quiet: bool = False) -> dict:
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
                 state["update_in_epoch"] = u + 1
+                if u + 1 == len(groups):  # the epoch is complete: the next update starts the next epoch
+                    state["epoch"] += 1
+                    state["update_in_epoch"] = 0
+                    epoch_end = True
                 state["target_tokens"] += n_tokens
                 recent_losses.append((step, loss_sum))
                 window["loss"] += loss_sum
@@ -297,8 +342,9 @@ def train(config: Config, run_dir: str | Path, *, quiet: bool = False) -> dict:
                 window["real"] += sum(b.n_real for b in micro if b is not None)
                 window["padded"] += sum(b.n_padded for b in micro if b is not None)
                 bar.update(1)
+                last = step >= tc.max_steps or bool(epochs_done())
 
-                if step % tc.log_every == 0 or step == tc.max_steps:
+                if step % tc.log_every == 0 or last:
                     bad = _first_bad(recent_losses)
                     if bad is not None:
                         raise TrainingError(f"loss became {bad[1]} at step {bad[0]}; stopped. The last good "
@@ -318,20 +364,20 @@ def train(config: Config, run_dir: str | Path, *, quiet: bool = False) -> dict:
                     window.update(loss=torch.zeros((), device=device), nll=torch.zeros((), device=device),
                                   tokens=0, real=0, padded=0, time=time.perf_counter())
 
-                if "valid" in data.splits and (step % tc.valid_every == 0 or step == tc.max_steps):
-                    stopped = _validate_and_track(model, data, config, device, step, state, runlog, ranks,
-                                                  run_dir, elapsed)
-                if step % tc.save_every == 0 or step == tc.max_steps or stopped != "max_steps":
+                if task.has_validation and (step % tc.valid_every == 0 or last or
+                                            (epoch_end and tc.max_epochs)):
+                    stopped = _validate_and_track(task, model, device, step, state, runlog, ranks, run_dir, tc,
+                                                  elapsed)
+                if step % tc.save_every == 0 or last or stopped != "max_steps":
                     save("periodic" if stopped == "max_steps" else stopped)
                 if tc.max_minutes and elapsed() >= tc.max_minutes * 60 and stopped == "max_steps":
                     stopped = "max_minutes"
                     if step % tc.save_every:
                         save("time limit")
-                if step >= tc.max_steps or stopped != "max_steps":
+                if last or stopped != "max_steps":
                     break
-            else:
-                state["epoch"] += 1
-                state["update_in_epoch"] = 0
+            if epochs_done() and stopped == "max_steps":
+                stopped = "max_epochs"
     except KeyboardInterrupt:
         optimizer.zero_grad(set_to_none=True)
         bar.close()
@@ -344,25 +390,23 @@ def train(config: Config, run_dir: str | Path, *, quiet: bool = False) -> dict:
                 f"{elapsed():.0f} s; best validation: {state['best']}")
     if ranks.world_size > 1:
         dist.barrier()
-    return {"step": step, "stopped": stopped, "best": state["best"], "config": config}
+    return {"step": step, "stopped": stopped, "best": state["best"]}
 
 
-def _accumulate(net, micro: list[Batch | None], corpus, n_tokens_all: float, world_size: int, tc, device,
-                autocast, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _accumulate(task, net, micro: list, n_tokens_all: float, world_size: int, device,
+                autocast) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward and backward over one update's micro-batches; gradients all-reduced on the last one only."""
     loss_total = torch.zeros((), device=device)
     nll_total = torch.zeros((), device=device)
     for i, batch in enumerate(micro):
         weight = world_size / max(n_tokens_all, 1.0)  # DDP averages over ranks: undo it, divide by all tokens
         if batch is None:  # this rank ran out of batches in the epoch's last update: a zero-weight step
-            batch, weight = collate(corpus, np.array([0])), 0.0
+            batch, weight = task.collate(np.array([0])), 0.0
         batch = batch.to(device)
         last = i == len(micro) - 1
         sync = contextlib.nullcontext() if last or not hasattr(net, "no_sync") else net.no_sync()
         with sync:
-            with autocast():
-                logits = net(batch.src, batch.tgt_in)
-            loss, nll = label_smoothed_nll(logits, batch.tgt_out, eps=tc.label_smoothing, pad_id=pad_id)
+            loss, nll = task.loss(net, batch, autocast)
             (loss * weight).backward()
         if weight:
             loss_total += loss.detach()
@@ -370,18 +414,20 @@ def _accumulate(net, micro: list[Batch | None], corpus, n_tokens_all: float, wor
     return loss_total, nll_total
 
 
-def _validate_and_track(model, data, config, device, step, state, runlog, ranks, run_dir, elapsed) -> str:
+def _validate_and_track(task, model, device, step, state, runlog, ranks, run_dir, tc, elapsed) -> str:
     """Validate (rank 0), keep the best weights, count validations without improvement; returns the stop reason."""
-    tc = config.train
-    metric_name = "valid_bleu" if tc.early_stop_metric == "bleu" else "valid_loss"
+    if tc.early_stop_metric not in task.metrics:
+        raise ConfigError(f"train.early_stop_metric {tc.early_stop_metric!r} does not apply here "
+                          f"(choose from {', '.join(task.metrics)})")
+    metric_name, higher_is_better = task.metrics[tc.early_stop_metric]
     verdict = torch.zeros(1)
     if ranks.main:
-        result = validate(model, data, config, device)
+        result = task.validate(model, device)
         value = result.get(metric_name)
         if value is None:
-            raise ConfigError("train.early_stop_metric is 'bleu' but train.valid_bleu is false")
-        better = state["best"] is None or (value > state["best"] if metric_name == "valid_bleu"
-                                           else value < state["best"])
+            raise ConfigError(f"train.early_stop_metric is {tc.early_stop_metric!r} but validation does not "
+                              f"compute it (is train.valid_bleu false?)")
+        better = state["best"] is None or (value > state["best"] if higher_is_better else value < state["best"])
         if better:
             state["best"], state["bad_validations"] = value, 0
             save_weights(model, run_dir / "best.safetensors", metadata={"step": step, metric_name: value})

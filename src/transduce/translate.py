@@ -13,13 +13,27 @@ from .checkpoint import find_weights, load_weights
 from .config import DecodeConfig, read_config
 from .model import Transformer
 from .search import beam_search, greedy_search
-from .tokenizer import EOS_ID, PAD_ID, Tokenizer
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 
 def pick_device(name: str = "auto") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+@dataclass
+class AttentionMaps:
+    """Attention weights of one sentence pair, per layer: tensors (layers, heads, queries, keys).
+
+    Source pieces end with "</s>" (EOS); decoder queries are "<s>" + target pieces, target keys the same.
+    """
+
+    source_pieces: list[str]
+    target_pieces: list[str]  # decoder input: "<s>" then the target pieces
+    encoder: torch.Tensor  # (L, H, S, S)
+    decoder: torch.Tensor  # (L, H, T, T)
+    cross: torch.Tensor  # (L, H, T, S)
 
 
 @dataclass
@@ -116,3 +130,28 @@ class Translator:
     def translate(self, sentences: list[str], **kwargs) -> list[str]:
         """Translate raw sentences; returns raw translations in input order (empty input -> empty output)."""
         return [hyps[0].text if hyps else "" for hyps in self.translate_nbest(sentences, **kwargs)]
+
+    @torch.no_grad()
+    def attention(self, source: str, target: str | None = None) -> AttentionMaps:
+        """Attention weights for `source` and `target` (default: the model's own translation, beam search).
+
+        A teacher-forced forward pass over the translation gives exactly the weights seen while decoding it.
+        """
+        if target is None:
+            target = self.translate([source])[0]
+        src_ids = self.encode_sources([source])[0]
+        tgt_ids = self.tokenizer.encode([target])[0][: self.model.config.max_len - 1]
+        src = torch.tensor([src_ids], device=self.device)
+        tgt_in = torch.tensor([[BOS_ID] + tgt_ids], device=self.device)
+        was_training = self.model.training
+        self.model.eval()
+        with self.model.recording_attention():
+            self.model(src, tgt_in)
+        self.model.train(was_training)
+        stack = lambda mods: torch.stack([m.weights[0] for m in mods]).cpu()  # noqa: E731
+        pieces = lambda ids: [self.tokenizer.sp.id_to_piece(int(i)) for i in ids]  # noqa: E731
+        return AttentionMaps(
+            source_pieces=pieces(src_ids[:-1]) + ["</s>"], target_pieces=["<s>"] + pieces(tgt_ids),
+            encoder=stack([layer.self_attn for layer in self.model.encoder.layers]),
+            decoder=stack([layer.self_attn for layer in self.model.decoder.layers]),
+            cross=stack([layer.cross_attn for layer in self.model.decoder.layers]))

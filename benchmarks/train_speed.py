@@ -1,0 +1,108 @@
+"""Training throughput of the reference model "m30k-d256" on Multi30k En->De, with model FLOPs utilisation.
+
+m30k-d256 (ANCHORS.md): 3+3 layers, d_model 256, 4 heads, d_ff 1024, joint BPE 8000, ~4,000 target tokens per
+batch, fp32. Runs the real training loop (`transduce.train.train`) for --steps updates, reads the tokens/s it
+logged, skips the first log window (warm-up), and compares the model's FLOPs with an fp32 matmul peak measured in
+the same process.
+
+    .venv/bin/python benchmarks/train_speed.py [--steps 60] [--max-tokens 4096] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from transduce.batching import make_batches
+from transduce.config import load_config
+from transduce.data import load_prepared
+from transduce.model import Transformer
+from transduce.train import train
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def matmul_peak(device: torch.device, n: int = 2048, repeats: int = 10) -> float:
+    """fp32 GFLOP/s of an n x n matrix product (best of `repeats`)."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    best = float("inf")
+    for _ in range(repeats + 2):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n ** 3 / best / 1e9
+
+
+def training_flops(src_len: int, tgt_len: int, rows: int, m) -> float:
+    """Forward + backward FLOPs (3 x forward) of one padded batch: matmuls and attention products."""
+    D, F, V = m.d_model, m.d_ff, m.vocab_size
+    S, T = src_len * rows, tgt_len * rows  # padded token counts
+    enc = m.encoder_layers * (S * 2 * (4 * D * D + 2 * D * F) + rows * 4 * src_len * src_len * D)
+    dec = m.decoder_layers * (T * 2 * (4 * D * D + 2 * D * F)  # self-attention projections and FFN
+                              + T * 2 * 2 * D * D + S * 2 * 2 * D * D  # cross: q, o on target; k, v on memory
+                              + rows * 4 * tgt_len * tgt_len * D + rows * 4 * tgt_len * src_len * D)
+    return 3.0 * (enc + dec + T * 2 * D * V)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--out", default=None, help="run directory (default: a temporary one)")
+    args = parser.parse_args()
+    if not os.environ.get("TRANSDUCE_DATA"):
+        sys.exit("set TRANSDUCE_DATA (the Makefile does) so that multi30k/ can be found")
+
+    out = Path(args.out or tempfile.mkdtemp(prefix="train_speed-"))
+    config = load_config(ROOT / "recipes" / "multi30k.toml", [
+        f"train.max_steps={args.steps}", f"train.max_tokens={args.max_tokens}", "train.log_every=10",
+        "train.valid_every=1000000", "train.save_every=1000000", f"train.device={args.device}"])
+    start = time.perf_counter()
+    result = train(config, out, quiet=True)
+    wall = time.perf_counter() - start
+    records = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    windows = [r for r in records if r["kind"] == "train"][1:]  # the first window includes warm-up
+    tok_s = statistics.median(r["tokens_per_s"] for r in windows)
+
+    m = result["config"].model
+    data = load_prepared(out / "data")
+    corpus = data.splits["train"]
+    batches = make_batches(corpus.src_lengths, corpus.tgt_lengths, max_tokens=args.max_tokens,
+                           seed=config.train.seed, epoch=0)[: args.steps]
+    flops = [training_flops(int(corpus.src_lengths[b].max()), int(corpus.tgt_lengths[b].max()), len(b), m)
+             for b in batches]
+    tokens = [int(corpus.tgt_lengths[b].sum()) for b in batches]
+    flops_per_token = sum(flops) / sum(tokens)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          (args.device if args.device != "auto" else "cpu"))
+    peak = matmul_peak(device)
+    achieved = tok_s * flops_per_token / 1e9
+    report = {
+        "model": "m30k-d256", "parameters": Transformer(m).num_parameters(),
+        "steps": args.steps, "max_tokens": args.max_tokens,
+        "target_tokens_per_batch": statistics.mean(tokens),
+        "target_tokens_per_s": round(tok_s), "seconds_per_step": round(statistics.mean(tokens) / tok_s, 3),
+        "model_gflop_per_s": round(achieved, 1), "matmul_peak_gflop_per_s": round(peak, 1),
+        "mfu": round(achieved / peak, 3), "wall_s": round(wall, 1),
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.processor() or
+        platform.machine(), "device": str(device),
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,387 @@
+"""The encoder-only variant (PAPER.md §8): the Transformer's `Encoder` plus a classification head.
+
+Data: TSV (`text<TAB>label`, the label in the last column) or JSONL (`{"text": ..., "label": ...}`), plain or
+.gz. A SentencePiece vocabulary is trained on the training texts; sequences are cut to `data.max_len` tokens from
+the start (or, with `data.truncate = "end"`, keep the end). Training runs through train.run_training, the same loop
+(checkpoints, exact resume, progress, early stopping) as translation, with a `ClassificationTask`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .batching import make_batches
+from .checkpoint import atomic_directory, find_weights, load_weights
+from .config import ConfigError, ModelConfig, TrainConfig, read_config, save_config
+from .data import DataError, TokenArrays, _file_digest, read_lines, resolve_path
+from .model import Encoder, init_parameters
+from .tokenizer import BOS_ID, PAD_ID, Tokenizer
+from .translate import pick_device
+
+POOLINGS = ("mean", "cls", "flatten")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeadConfig:
+    """pooling: "mean" (masked mean over real tokens), "cls" (output at a prepended class token, BOS), "flatten"
+    (all max_len positions concatenated, the seed report's form). The head: Linear -> ReLU -> Linear."""
+
+    pooling: str = "mean"
+    hidden: int = 0  # 0 = d_model
+    n_classes: int = 0  # 0 = from the training labels
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ConfigError(f"head.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassifyDataConfig:
+    train: str = ""
+    valid: str = ""  # empty: hold out valid_fraction of the training rows
+    test: str = ""
+    valid_fraction: float = 0.05
+    text_field: str = "text"  # JSONL keys
+    label_field: str = "label"
+    vocab_size: int = 8000
+    model_type: str = "bpe"
+    lowercase: bool = False
+    strip_html: bool = True  # "<br />" and other tags become spaces
+    max_len: int = 256
+    truncate: str = "start"  # keep the first max_len tokens ("start") or the last ("end")
+
+    def __post_init__(self) -> None:
+        if self.truncate not in ("start", "end"):
+            raise ConfigError(f"data.truncate must be 'start' or 'end', got {self.truncate!r}")
+        if not 0.0 <= self.valid_fraction < 1.0:
+            raise ConfigError("data.valid_fraction must be in [0, 1)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassifierRunConfig:
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(n_layers=2, d_model=128, d_ff=256, n_heads=4))
+    head: HeadConfig = field(default_factory=HeadConfig)
+    data: ClassifyDataConfig = field(default_factory=ClassifyDataConfig)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(
+        lr_schedule="constant", peak_lr=1e-3, warmup_steps=100, label_smoothing=0.0, max_epochs=5,
+        early_stop_metric="accuracy", max_tokens=16384))
+
+
+class TransformerClassifier(nn.Module):
+    """The same Encoder class as the translation model, then pooling and a two-layer head."""
+
+    def __init__(self, config: ModelConfig, head: HeadConfig, *, max_len: int) -> None:
+        super().__init__()
+        self.config, self.head_config, self.max_len = config, head, max_len
+        self.encoder = Encoder(config, nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id))
+        width = config.d_model * (max_len + (head.pooling == "cls")) if head.pooling == "flatten" else config.d_model
+        hidden = head.hidden or config.d_model
+        self.head = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(config.dropout),
+                                  nn.Linear(hidden, head.n_classes))
+        init_parameters(self, config.d_model)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """tokens (B, L), padded with pad_id -> class logits (B, n_classes)."""
+        pad = tokens.eq(self.config.pad_id)  # (B, L)
+        h = self.encoder(tokens, pad)  # (B, L, D)
+        h = h.masked_fill(pad.unsqueeze(-1), 0.0)
+        if self.head_config.pooling == "cls":
+            pooled = h[:, 0]  # (B, D)
+        elif self.head_config.pooling == "flatten":
+            pooled = F.pad(h, (0, 0, 0, self.max_len - h.size(1))).flatten(1)  # (B, max_len * D)
+        else:
+            pooled = h.sum(1) / (~pad).sum(1, keepdim=True).clamp(min=1)  # (B, D)
+        return self.head(pooled)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+# Data -------------------------------------------------------------------------------------------------------------
+_TAG = re.compile(r"<[^>]{0,40}>")
+
+
+def read_labelled(path: str | Path, config: ClassifyDataConfig) -> tuple[list[str], list[str], list[int]]:
+    """(texts, labels as strings, line numbers) from TSV or JSONL; errors name the file and line."""
+    path = resolve_path(path)
+    lines = read_lines(path)
+    is_json = ".json" in "".join(path.suffixes)
+    texts, labels, numbers = [], [], []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if is_json:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+            if not isinstance(row, dict) or config.label_field not in row:
+                raise DataError(f"{path}:{number}: no {config.label_field!r} field")
+            text, label = row.get(config.text_field), row[config.label_field]
+        else:
+            if "\t" not in line:
+                raise DataError(f"{path}:{number}: no label column (expected text<TAB>label)")
+            text, label = line.rsplit("\t", 1)
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(f"{path}:{number}: a row with no text")
+        if config.strip_html:
+            text = _TAG.sub(" ", text)
+        texts.append(text)
+        labels.append(str(label).strip())
+        numbers.append(number)
+    if not texts:
+        raise DataError(f"{path}: no rows")
+    return texts, labels, numbers
+
+
+@dataclass
+class LabelledSplit:
+    tokens: TokenArrays
+    labels: np.ndarray  # (N,) int64 class ids
+
+
+@dataclass
+class ClassBatch:
+    tokens: Tensor  # (B, L)
+    labels: Tensor  # (B,)
+    n_tokens: int  # the loss normaliser: examples
+    n_real: int
+    n_padded: int
+
+    def to(self, device: torch.device) -> "ClassBatch":
+        return ClassBatch(self.tokens.to(device), self.labels.to(device), self.n_tokens, self.n_real, self.n_padded)
+
+
+def encode_texts(tokenizer: Tokenizer, texts: list[str], config: ClassifyDataConfig, *, cls: bool) -> TokenArrays:
+    limit = config.max_len - int(cls)
+    ids = tokenizer.encode(texts)
+    cut = [x[:limit] if config.truncate == "start" else x[-limit:] for x in ids]
+    return TokenArrays.from_lists([[BOS_ID] + x if cls else x for x in cut])
+
+
+def prepare_classification(config: ClassifierRunConfig, out_dir: Path, log=print) -> tuple[Tokenizer, list[str], dict]:
+    """Train the vocabulary, map labels to ids, encode train/valid(/test); cached like translation data."""
+    d = config.data
+    if not d.train:
+        raise DataError("no training data: set data.train (a .tsv or .jsonl file, optionally .gz)")
+    files = [resolve_path(p) for p in (d.train, d.valid, d.test) if p]
+    key = hashlib.sha256(json.dumps([dataclasses.asdict(d), config.head.pooling, config.train.seed]).encode()
+                         + "".join(_file_digest(f) for f in files).encode()).hexdigest()[:16]
+    summary_path = out_dir / "summary.json"
+    if summary_path.is_file() and json.loads(summary_path.read_text())["cache_key"] == key:
+        log(f"data: reusing the cache in {out_dir} (key {key})")
+        summary = json.loads(summary_path.read_text())
+        return Tokenizer(out_dir / "tokenizer.model"), summary["labels"], summary
+    texts, labels, _ = read_labelled(d.train, d)
+    classes = sorted(set(labels))
+    if len(classes) < 2:
+        raise DataError(f"{d.train}: needs at least two labels, found {classes}")
+    splits = {}
+    rng = np.random.default_rng(config.train.seed)
+    order = rng.permutation(len(texts))  # rows may be ordered by label (IMDB is): shuffle before holding out
+    if d.valid:
+        splits["train"] = ([texts[i] for i in order], [labels[i] for i in order])
+        splits["valid"] = read_labelled(d.valid, d)[:2]
+    else:
+        n_valid = int(round(d.valid_fraction * len(texts)))
+        splits["valid"] = ([texts[i] for i in order[:n_valid]], [labels[i] for i in order[:n_valid]])
+        splits["train"] = ([texts[i] for i in order[n_valid:]], [labels[i] for i in order[n_valid:]])
+    if d.test:
+        splits["test"] = read_labelled(d.test, d)[:2]
+    with atomic_directory(out_dir) as tmp:
+        tokenizer = Tokenizer.train(iter(splits["train"][0]), tmp / "tokenizer.model", vocab_size=d.vocab_size,
+                                    model_type=d.model_type, lowercase=d.lowercase, max_sentences=200_000)
+        summary = {"cache_key": key, "labels": classes, "vocab_size": tokenizer.vocab_size, "splits": {}}
+        index = {c: i for i, c in enumerate(classes)}
+        for name, (split_texts, split_labels) in splits.items():
+            unknown = sorted(set(split_labels) - set(index))
+            if unknown:
+                raise DataError(f"{name} data has labels not seen in training: {unknown}")
+            tokens = encode_texts(tokenizer, split_texts, d, cls=config.head.pooling == "cls")
+            tokens.save(tmp / name)
+            np.save(tmp / f"{name}.labels.npy", np.array([index[x] for x in split_labels]), allow_pickle=False)
+            summary["splits"][name] = {"rows": len(split_texts), "tokens": int(tokens.offsets[-1]),
+                                       "per_label": {c: split_labels.count(c) for c in classes}}
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    log("data: " + ", ".join(f"{k} {v['rows']:,} rows" for k, v in summary["splits"].items())
+        + f"; labels {classes}; vocabulary {tokenizer.vocab_size}")
+    return Tokenizer(out_dir / "tokenizer.model"), classes, summary
+
+
+def load_split(root: Path, name: str) -> LabelledSplit:
+    return LabelledSplit(TokenArrays.load(root / name), np.load(root / f"{name}.labels.npy", allow_pickle=False))
+
+
+def collate_labelled(split: LabelledSplit, indices: np.ndarray, *, pad_to: int | None = None) -> ClassBatch:
+    lengths = split.tokens.lengths[indices]
+    width = pad_to or int(lengths.max())
+    tokens = np.full((len(indices), width), PAD_ID, dtype=np.int64)
+    for row, i in enumerate(indices):
+        seq = split.tokens[i]
+        tokens[row, : len(seq)] = seq
+    return ClassBatch(torch.from_numpy(tokens), torch.from_numpy(split.labels[indices].astype(np.int64)),
+                      n_tokens=len(indices), n_real=int(lengths.sum()), n_padded=tokens.size)
+
+
+class ClassificationTask:
+    """The classifier's batches, loss and validation, for train.run_training."""
+
+    metrics = {"loss": ("valid_loss", False), "accuracy": ("valid_accuracy", True)}
+
+    def __init__(self, config: ClassifierRunConfig, data_dir: Path) -> None:
+        self.config = config
+        self.train_split = load_split(data_dir, "train")
+        self.valid_split = load_split(data_dir, "valid")
+        self.has_validation = len(self.valid_split.labels) > 0
+        self.pad_to = config.data.max_len if config.head.pooling == "flatten" else None
+        self.description = f"{len(self.train_split.labels):,} training rows, {config.head.n_classes} classes"
+
+    def build_model(self) -> TransformerClassifier:
+        return TransformerClassifier(self.config.model, self.config.head, max_len=self.config.data.max_len)
+
+    def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+        lengths = np.full(len(self.train_split.labels), self.pad_to) if self.pad_to else \
+            self.train_split.tokens.lengths
+        return make_batches(lengths, np.ones_like(lengths), max_tokens=max_tokens, seed=seed, epoch=epoch)
+
+    def collate(self, indices: np.ndarray) -> ClassBatch:
+        return collate_labelled(self.train_split, indices, pad_to=self.pad_to)
+
+    def loss(self, net, batch: ClassBatch, autocast) -> tuple[Tensor, Tensor]:
+        with autocast():
+            logits = net(batch.tokens)
+        logits = logits.float()
+        loss = F.cross_entropy(logits, batch.labels, reduction="sum",
+                               label_smoothing=self.config.train.label_smoothing)
+        return loss, F.cross_entropy(logits, batch.labels, reduction="sum")
+
+    @torch.no_grad()
+    def validate(self, model, device: torch.device) -> dict:
+        logits, labels = predict_split(model, self.valid_split, device, max_tokens=self.config.train.max_tokens,
+                                       pad_to=self.pad_to)
+        return {"valid_loss": F.cross_entropy(logits, labels).item(),
+                "valid_accuracy": (logits.argmax(-1) == labels).float().mean().item()}
+
+
+@torch.no_grad()
+def predict_split(model, split: LabelledSplit, device, *, max_tokens: int, pad_to=None) -> tuple[Tensor, Tensor]:
+    """Logits (N, C) in input order, and the labels."""
+    was_training = model.training
+    model.eval()
+    lengths = np.full(len(split.labels), pad_to) if pad_to else split.tokens.lengths
+    out = torch.empty(len(split.labels), model.head_config.n_classes)
+    for indices in make_batches(lengths, np.ones_like(lengths), max_tokens=max_tokens, seed=0, epoch=0,
+                                shuffle=False):
+        batch = collate_labelled(split, indices, pad_to=pad_to).to(device)
+        out[torch.from_numpy(indices)] = model(batch.tokens).float().cpu()
+    model.train(was_training)
+    return out, torch.from_numpy(split.labels.astype(np.int64))
+
+
+def train_classifier(config: ClassifierRunConfig, run_dir: str | Path, *, quiet: bool = False) -> dict:
+    from .train import RunLog, run_training, setup_distributed
+
+    run_dir = Path(run_dir)
+    ranks, device = setup_distributed(config.train.device)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    runlog = RunLog(run_dir, ranks.main, quiet)
+    saved = run_dir / "config.json"
+    if saved.is_file():
+        old = read_config(saved, ClassifierRunConfig)
+        for section in ("model", "head", "data"):
+            a, b = dataclasses.asdict(getattr(old, section)), dataclasses.asdict(getattr(config, section))
+            changed = [k for k in a if a[k] != b[k] and not (k in ("vocab_size", "n_classes") and not b[k])]
+            if changed:
+                raise ConfigError(f"this run directory was started with different {section} settings "
+                                  f"({', '.join(changed)}); use a new --out")
+    tokenizer, classes, _ = prepare_classification(config, run_dir / "data", log=runlog.text)
+    if config.model.vocab_size and config.model.vocab_size != tokenizer.vocab_size:
+        raise ConfigError(f"model.vocab_size is {config.model.vocab_size} but the tokenizer has "
+                          f"{tokenizer.vocab_size} pieces")
+    config = dataclasses.replace(
+        config, model=dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size,
+                                          max_len=max(config.model.max_len, config.data.max_len)),
+        head=dataclasses.replace(config.head, n_classes=len(classes)))
+    if ranks.main:
+        save_config(config, saved)
+        tokenizer.copy_to(run_dir / "tokenizer.model")
+    task = ClassificationTask(config, run_dir / "data")
+    result = run_training(task, config.train, run_dir, ranks=ranks, device=device, runlog=runlog, quiet=quiet)
+    return {**result, "config": config, "labels": classes}
+
+
+class Classifier:
+    """A trained classifier: raw texts in, labels (and probabilities) out, in input order."""
+
+    def __init__(self, model: TransformerClassifier, tokenizer: Tokenizer, labels: list[str],
+                 config: ClassifierRunConfig) -> None:
+        self.model, self.tokenizer, self.labels, self.config = model, tokenizer, labels, config
+
+    @classmethod
+    def from_run(cls, path: str | Path, *, device: str = "auto") -> "Classifier":
+        run_dir, weights = find_weights(path)
+        config = read_config(run_dir / "config.json", ClassifierRunConfig)
+        model = TransformerClassifier(config.model, config.head, max_len=config.data.max_len)
+        load_weights(model, weights)
+        labels = json.loads((run_dir / "data" / "summary.json").read_text())["labels"]
+        return cls(model.to(pick_device(device)).eval(), Tokenizer(run_dir / "tokenizer.model"), labels, config)
+
+    def predict_proba(self, texts: list[str]) -> Tensor:
+        d = self.config.data
+        if d.strip_html:
+            texts = [_TAG.sub(" ", t) for t in texts]
+        tokens = encode_texts(self.tokenizer, texts, d, cls=self.config.head.pooling == "cls")
+        split = LabelledSplit(tokens, np.zeros(len(texts), dtype=np.int64))
+        pad_to = d.max_len if self.config.head.pooling == "flatten" else None
+        device = next(self.model.parameters()).device
+        logits, _ = predict_split(self.model, split, device, max_tokens=self.config.train.max_tokens, pad_to=pad_to)
+        return logits.softmax(-1)
+
+    def predict(self, texts: list[str]) -> list[str]:
+        return [self.labels[i] for i in self.predict_proba(texts).argmax(-1).tolist()]
+
+
+def classification_report(gold: list[int], predicted: list[int], labels: list[str]) -> str:
+    """Accuracy, per-class precision / recall / F1, and the confusion matrix (rows: gold, columns: predicted)."""
+    n = len(labels)
+    confusion = np.zeros((n, n), dtype=np.int64)
+    np.add.at(confusion, (np.asarray(gold), np.asarray(predicted)), 1)
+    tp = np.diag(confusion).astype(float)
+    precision = tp / np.maximum(confusion.sum(0), 1)
+    recall = tp / np.maximum(confusion.sum(1), 1)
+    f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
+    width = max(8, *(len(x) for x in labels))
+    lines = [f"accuracy: {tp.sum() / max(1, confusion.sum()):.4f} ({int(tp.sum())} of {confusion.sum()})", "",
+             f"{'label':<{width}}  precision  recall      f1  support"]
+    for i, label in enumerate(labels):
+        lines.append(f"{label:<{width}}  {precision[i]:9.4f}  {recall[i]:6.4f}  {f1[i]:6.4f}  {confusion[i].sum():7d}")
+    lines += ["", "confusion matrix (rows: gold, columns: predicted)",
+              " " * width + "  " + "  ".join(f"{x:>{width}}" for x in labels)]
+    for i, label in enumerate(labels):
+        lines.append(f"{label:<{width}}  " + "  ".join(f"{v:>{width}d}" for v in confusion[i]))
+    return "\n".join(lines)
+
+
+def evaluate_file(classifier: Classifier, path: str, out=sys.stdout) -> float:
+    """Print the classification report of `path` (labelled like the training data); returns the accuracy."""
+    texts, gold, numbers = read_labelled(path, classifier.config.data)
+    index = {c: i for i, c in enumerate(classifier.labels)}
+    for label, number in zip(gold, numbers):
+        if label not in index:
+            raise DataError(f"{path}:{number}: label {label!r} is not one the model knows "
+                            f"({', '.join(classifier.labels)})")
+    predicted = classifier.predict_proba(texts).argmax(-1).tolist()
+    print(classification_report([index[g] for g in gold], predicted, classifier.labels), file=out)
+    return float(np.mean([index[g] == p for g, p in zip(gold, predicted)]))

@@ -1,0 +1,130 @@
+"""Pictures: attention heatmaps (PAPER.md §2: encoder self-, decoder self- and encoder-decoder attention) and
+training curves. matplotlib with the Agg backend; PNG and SVG.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+KINDS = {  # name -> (AttentionMaps field, query labels, key labels, title)
+    "encoder": ("encoder", "source_pieces", "source_pieces", "encoder self-attention"),
+    "decoder": ("decoder", "target_pieces", "target_pieces", "decoder self-attention (masked)"),
+    "cross": ("cross", "target_pieces", "source_pieces", "encoder-decoder attention"),
+}
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = min(n, 4)
+    return (n + cols - 1) // cols, cols
+
+
+def plot_attention(maps, out_dir: str | Path, *, layers=(-1,), heads=None, formats=("png",),
+                   cell: float = 0.28) -> dict[str, tuple[list[Path], np.ndarray]]:
+    """One figure per (kind, layer): a grid of heads, axes labelled with the subword pieces.
+
+    Returns {"encoder_L3": ([files], matrices drawn (heads, queries, keys)), ...}.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    drawn = {}
+    for kind, (field, q_attr, k_attr, title) in KINDS.items():
+        weights = getattr(maps, field)  # (L, H, Q, K)
+        q_labels, k_labels = getattr(maps, q_attr), getattr(maps, k_attr)
+        n_layers = weights.shape[0]
+        for layer in layers:
+            layer = layer % n_layers
+            head_ids = list(range(weights.shape[1])) if heads is None else list(heads)
+            rows, cols = _grid(len(head_ids))
+            width = max(3.0, cell * len(k_labels) + 1.2)
+            height = max(3.0, cell * len(q_labels) + 1.2)
+            fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+            matrices = []
+            for ax, h in zip(axes.flat, head_ids):
+                m = weights[layer, h].numpy()
+                matrices.append(m)
+                ax.imshow(m, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+                ax.set_xticks(range(len(k_labels)), k_labels, rotation=90, fontsize=7)
+                ax.set_yticks(range(len(q_labels)), q_labels, fontsize=7)
+                ax.set_title(f"head {h + 1}", fontsize=9)
+            for ax in list(axes.flat)[len(head_ids):]:
+                ax.axis("off")
+            fig.suptitle(f"{title}, layer {layer + 1}")
+            fig.tight_layout()
+            name = f"{kind}_L{layer + 1}"
+            files = [out_dir / f"{name}.{fmt}" for fmt in formats]
+            for file in files:
+                fig.savefig(file, dpi=100)
+            plt.close(fig)
+            drawn[name] = (files, np.stack(matrices))
+    return drawn
+
+
+def plot_token_attention(maps, query: int, out: str | Path, *, kind: str = "encoder", layer: int = -1) -> np.ndarray:
+    """For one query token, its attention over the sentence in every head (the seed figure for the word "it")."""
+    field, q_attr, k_attr, title = KINDS[kind]
+    weights = getattr(maps, field)
+    layer = layer % weights.shape[0]
+    rows = weights[layer, :, query].numpy()  # (H, K)
+    keys = getattr(maps, k_attr)
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * len(keys) + 1.5), 0.45 * rows.shape[0] + 1.6))
+    ax.imshow(rows, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=8)
+    ax.set_yticks(range(rows.shape[0]), [f"head {h + 1}" for h in range(rows.shape[0])], fontsize=8)
+    ax.set_title(f"{title}, layer {layer + 1}: attention of '{getattr(maps, q_attr)[query]}'", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return rows
+
+
+def read_metrics(run: str | Path) -> tuple[list[dict], list[dict]]:
+    lines = Path(run, "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    return [r for r in records if r["kind"] == "train"], [r for r in records if r["kind"] == "valid"]
+
+
+def plot_curves(runs: list[str | Path], out: str | Path) -> dict[str, dict[str, list]]:
+    """Training and validation loss, validation BLEU and learning rate, against steps (top) and wall-clock
+    minutes (bottom); one colour per run. Returns the plotted series for each run."""
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    plotted = {}
+    for i, run in enumerate(runs):
+        train, valid = read_metrics(run)
+        label, color = Path(run).name, f"C{i}"
+        series = {"step": [r["step"] for r in train], "loss": [r["loss"] for r in train],
+                  "lr": [r["lr"] for r in train], "minutes": [r["elapsed"] / 60 for r in train],
+                  "valid_step": [r["step"] for r in valid], "valid_loss": [r.get("valid_loss") for r in valid],
+                  "valid_bleu": [r.get("valid_bleu") for r in valid],
+                  "valid_minutes": [r["elapsed"] / 60 for r in valid]}
+        plotted[label] = series
+        for row, (x, vx, xlabel) in enumerate([("step", "valid_step", "step"),
+                                               ("minutes", "valid_minutes", "wall-clock minutes")]):
+            ax = axes[row, 0]
+            ax.plot(series[x], series["loss"], color=color, label=f"{label} train")
+            if valid:
+                ax.plot(series[vx], series["valid_loss"], color=color, linestyle="--", marker="o", markersize=3,
+                        label=f"{label} valid")
+            ax.set_ylabel("loss (label-smoothed, per token)")
+            if any(b is not None for b in series["valid_bleu"]):
+                axes[row, 1].plot(series[vx], series["valid_bleu"], color=color, marker="o", markersize=3,
+                                  label=label)
+            axes[row, 1].set_ylabel("validation BLEU")
+            axes[row, 2].plot(series[x], series["lr"], color=color, label=label)
+            axes[row, 2].set_ylabel("learning rate")
+            for ax in axes[row]:
+                ax.set_xlabel(xlabel)
+                ax.grid(alpha=0.3)
+    for ax in axes.flat:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return plotted
