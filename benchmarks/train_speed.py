@@ -63,6 +63,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default=None, help="run directory (default: a temporary one)")
+    parser.add_argument("--compile", action="store_true", help="train with torch.compile")
+    parser.add_argument("--skip", type=int, default=1, help="log windows (of 10 steps) to skip as warm-up")
     args = parser.parse_args()
     if not os.environ.get("TRANSDUCE_DATA"):
         sys.exit("set TRANSDUCE_DATA (the Makefile does) so that multi30k/ can be found")
@@ -70,12 +72,13 @@ def main() -> None:
     out = Path(args.out or tempfile.mkdtemp(prefix="train_speed-"))
     config = load_config(ROOT / "recipes" / "multi30k.toml", [
         f"train.max_steps={args.steps}", f"train.max_tokens={args.max_tokens}", "train.log_every=10",
-        "train.valid_every=1000000", "train.save_every=1000000", f"train.device={args.device}"])
+        "train.valid_every=1000000", "train.save_every=1000000", f"train.device={args.device}",
+        f"train.compile={'true' if args.compile else 'false'}"])
     start = time.perf_counter()
     result = train(config, out, quiet=True)
     wall = time.perf_counter() - start
     records = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
-    windows = [r for r in records if r["kind"] == "train"][1:]  # the first window includes warm-up
+    windows = [r for r in records if r["kind"] == "train"][args.skip:]  # early windows include warm-up
     tok_s = statistics.median(r["tokens_per_s"] for r in windows)
 
     m = result["config"].model
@@ -97,7 +100,8 @@ def main() -> None:
         "target_tokens_per_batch": statistics.mean(tokens),
         "target_tokens_per_s": round(tok_s), "seconds_per_step": round(statistics.mean(tokens) / tok_s, 3),
         "model_gflop_per_s": round(achieved, 1), "matmul_peak_gflop_per_s": round(peak, 1),
-        "mfu": round(achieved / peak, 3), "wall_s": round(wall, 1),
+        "mfu": round(achieved / peak, 3), "wall_s": round(wall, 1), "compile": args.compile,
+        "window_tokens_per_s": [round(r["tokens_per_s"]) for r in windows],
         "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.processor() or
         platform.machine(), "device": str(device),
     }

@@ -239,6 +239,7 @@ class ClassificationTask:
     """The classifier's batches, loss and validation, for train.run_training."""
 
     metrics = {"loss": ("valid_loss", False), "accuracy": ("valid_accuracy", True)}
+    unit = "examples"
 
     def __init__(self, config: ClassifierRunConfig, data_dir: Path) -> None:
         self.config = config

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     from .checkpoint import CheckpointError
     from .config import ConfigError
@@ -36,13 +37,13 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .config import load_config, read_config, apply_overrides
+    from .config import ConfigError, apply_overrides, load_config, read_config
     from .train import train
 
     if args.recipe is None:
         saved = Path(args.out) / "config.json"
         if not saved.is_file():
-            raise _config_error(f"{args.out}: no recipe given and no run to resume there")
+            raise ConfigError(f"{args.out}: no recipe given and no run to resume there")
         config = apply_overrides(read_config(saved).to_dict(), args.set)
     else:
         config = load_config(args.recipe, args.set)
@@ -50,17 +51,8 @@ def cmd_train(args) -> int:
     shortcuts += ["train.compile=true"] if args.compile else []
     if shortcuts:
         config = apply_overrides(config.to_dict(), shortcuts)
-    try:
-        train(config, args.out)
-    except KeyboardInterrupt:
-        return 130
+    train(config, args.out)
     return 0
-
-
-def _config_error(message: str):
-    from .config import ConfigError
-
-    return ConfigError(message)
 
 
 def cmd_average(args) -> int:
@@ -207,11 +199,7 @@ def cmd_classify_train(args) -> int:
     from .classify import ClassifierRunConfig, train_classifier
     from .config import load_config
 
-    config = load_config(args.recipe, args.set, ClassifierRunConfig)
-    try:
-        train_classifier(config, args.out)
-    except KeyboardInterrupt:
-        return 130
+    train_classifier(load_config(args.recipe, args.set, ClassifierRunConfig), args.out)
     return 0
 
 
@@ -357,5 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as err:
         print(f"transduce {args.command}: error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # training has saved a checkpoint by now (train.py)
+        return 130
     except BrokenPipeError:
         return 0

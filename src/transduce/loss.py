@@ -19,14 +19,18 @@ import torch
 from torch import Tensor
 
 
+_CHUNK_ELEMENTS = 1 << 22  # 16 MB of float32: temporaries this small are reused by malloc instead of page-faulted
+
+
 class _SmoothedCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, weight: Tensor, eps: float):
-        lse = torch.logsumexp(logits, dim=-1)  # (N,)
+    def forward(ctx, logits: Tensor, target: Tensor, weight: Tensor, eps: float, reuse_logits: bool):
+        rows = max(1, _CHUNK_ELEMENTS // logits.size(1))
+        lse = torch.cat([torch.logsumexp(chunk, dim=-1) for chunk in logits.split(rows)])  # (N,)
         nll = lse - logits.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
         loss = nll if eps == 0.0 else (1.0 - eps) * nll + eps * (lse - logits.mean(dim=-1))
         ctx.save_for_backward(logits, target, weight, lse)
-        ctx.eps = eps
+        ctx.eps, ctx.reuse_logits = eps, reuse_logits
         nll_sum = (nll * weight).sum()
         ctx.mark_non_differentiable(nll_sum)
         return (loss * weight).sum(), nll_sum
@@ -35,21 +39,25 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
         logits, target, weight, lse = ctx.saved_tensors
         eps, vocab = ctx.eps, logits.size(1)
-        grad = torch.exp(logits - lse.unsqueeze(1))  # softmax, (N, V)
+        # softmax(z) = exp(z - lse), computed in place: a fresh (N, V) tensor costs more than the arithmetic
+        grad = logits if ctx.reuse_logits else logits.clone()
+        grad.sub_(lse.unsqueeze(1)).exp_()
         if eps:
             grad.sub_(eps / vocab)
         grad.scatter_add_(1, target.unsqueeze(1), torch.full_like(lse, eps - 1.0).unsqueeze(1))
         grad.mul_((weight * grad_loss).unsqueeze(1))
-        return grad, None, None, None
+        return grad, None, None, None, None
 
 
-def label_smoothed_nll(logits: Tensor, target: Tensor, *, eps: float, pad_id: int) -> tuple[Tensor, Tensor]:
+def label_smoothed_nll(logits: Tensor, target: Tensor, *, eps: float, pad_id: int,
+                       reuse_logits: bool = False) -> tuple[Tensor, Tensor]:
     """logits (..., V), target (...) -> (loss, nll), both SUMMED over non-pad target tokens.
 
     Callers divide by the number of target tokens of the whole (accumulated, all-rank) batch (DESIGN.md rule 6).
-    With eps = 0, loss == nll. Computed in float32 even under autocast.
+    With eps = 0, loss == nll. Computed in float32 even under autocast. `reuse_logits=True` lets the backward
+    overwrite the logits with their gradient (the training loop does; the logits must not be read afterwards).
     """
     target = target.reshape(-1)
     logits = logits.float().reshape(target.numel(), -1)
     weight = target.ne(pad_id).to(logits.dtype)
-    return _SmoothedCrossEntropy.apply(logits, target, weight, eps)
+    return _SmoothedCrossEntropy.apply(logits, target, weight, eps, reuse_logits)

@@ -124,6 +124,9 @@ def plot_curves(runs: list[str | Path], out: str | Path) -> dict[str, dict[str, 
     for ax in axes.flat:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "not logged by these runs", ha="center", va="center", transform=ax.transAxes,
+                    color="gray")
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     plt.close(fig)

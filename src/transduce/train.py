@@ -80,10 +80,10 @@ class RunLog:
             except ImportError:
                 pass
 
-    def text(self, message: str) -> None:
+    def text(self, message: str, *, echo: bool = True) -> None:
         if not self.enabled:
             return
-        if not self.quiet:
+        if echo and not self.quiet:
             tqdm.write(message, file=sys.stderr)
         with open(self.run_dir / "train.log", "a", encoding="utf-8") as f:
             f.write(message + "\n")
@@ -186,6 +186,7 @@ class TranslationTask:
     """What the loop needs to know about translation: batches, the loss, validation. (classify.py has the other.)"""
 
     metrics = {"loss": ("valid_loss", False), "bleu": ("valid_bleu", True)}  # name -> (key, higher is better)
+    unit = "target tokens"  # what the loss is normalised by (Batch.n_tokens)
 
     def __init__(self, config: Config, data: Prepared) -> None:
         self.config, self.data = config, data
@@ -208,7 +209,7 @@ class TranslationTask:
         with autocast():
             logits = net(batch.src, batch.tgt_in, batch.positions)  # (n_tokens, V): padding never projected
         return label_smoothed_nll(logits, batch.target, eps=self.config.train.label_smoothing,
-                                  pad_id=self.config.model.pad_id)
+                                  pad_id=self.config.model.pad_id, reuse_logits=True)
 
     def validate(self, model, device: torch.device) -> dict:
         return validate(model, self.data, self.config, device)
@@ -261,7 +262,7 @@ def run_training(task, tc, run_dir: Path, *, ranks: Ranks, device: torch.device,
         net = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
     if tc.compile:
-        net = torch.compile(net)
+        net = torch.compile(net, dynamic=True)  # batch shapes change every step
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -359,8 +360,12 @@ def run_training(task, tc, run_dir: Path, *, ranks: Ranks, device: torch.device,
                               "elapsed": elapsed()}
                     record["ppl"] = math.exp(min(record["nll"], 50.0))
                     runlog.metrics(record)
+                    runlog.text(f"step {step}: loss {record['loss']:.4f}, nll {record['nll']:.4f}, lr {lr:.3e}, "
+                                f"{record['tokens_per_s']:,.0f} {task.unit}/s, padding efficiency "
+                                f"{record['padding_efficiency']:.3f}", echo=False)  # the bar shows it live
                     bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",
-                                    tok_s=f"{record['tokens_per_s']:,.0f}", refresh=False)
+                                    **{f"{task.unit.split()[-1]}/s": f"{record['tokens_per_s']:,.0f}"},
+                                    refresh=False)
                     window.update(loss=torch.zeros((), device=device), nll=torch.zeros((), device=device),
                                   tokens=0, real=0, padded=0, time=time.perf_counter())
 
@@ -372,6 +377,8 @@ def run_training(task, tc, run_dir: Path, *, ranks: Ranks, device: torch.device,
                     save("periodic" if stopped == "max_steps" else stopped)
                 if tc.max_minutes and elapsed() >= tc.max_minutes * 60 and stopped == "max_steps":
                     stopped = "max_minutes"
+                    if task.has_validation and step % tc.valid_every and not last:  # validate the final weights
+                        _validate_and_track(task, model, device, step, state, runlog, ranks, run_dir, tc, elapsed)
                     if step % tc.save_every:
                         save("time limit")
                 if last or stopped != "max_steps":
@@ -386,7 +393,7 @@ def run_training(task, tc, run_dir: Path, *, ranks: Ranks, device: torch.device,
         raise
     finally:
         bar.close()
-    runlog.text(f"finished at step {step} ({stopped}); {state['target_tokens']:,} target tokens in "
+    runlog.text(f"finished at step {step} ({stopped}); {state['target_tokens']:,} {task.unit} in "
                 f"{elapsed():.0f} s; best validation: {state['best']}")
     if ranks.world_size > 1:
         dist.barrier()
