@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import sys
 import time
-from pathlib import Path
 
 import torch
 

@@ -9,7 +9,6 @@ the start (or, with `data.truncate = "end"`, keep the end). Training runs throug
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import json
 import re

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .batching import make_batches, padding_efficiency, update_groups
+from .batching import make_batches, update_groups
 from .checkpoint import (atomic_write_text, checkpoint_dirs, load_checkpoint, save_checkpoint, save_weights)
 from .config import Config, ConfigError, read_config, save_config
 from .data import Batch, ParallelCorpus, Prepared, collate, prepare
