@@ -152,7 +152,8 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model: torch.nn.Module, o
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
-    with atomic_directory(root / f"step-{step:08d}") as tmp:
+    final = root / f"step-{step:08d}"
+    with atomic_directory(final) as tmp:
         save_model(model, str(tmp / "model.safetensors"), metadata={"step": str(step)})
         opt_tensors, opt_meta = _optimizer_to_tensors(optimizer)
         save_file({**opt_tensors, **rng_state()}, str(tmp / "optimizer.safetensors"))
@@ -160,7 +161,7 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model: torch.nn.Module, o
                                           encoding="utf-8")
     for old in checkpoint_dirs(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
-    return root / f"step-{step:08d}"
+    return final
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:

@@ -179,10 +179,10 @@ def prepare_classification(config: ClassifierRunConfig, out_dir: Path, log=print
     key = hashlib.sha256(json.dumps([dataclasses.asdict(d), config.head.pooling, config.train.seed]).encode()
                          + "".join(_file_digest(f) for f in files).encode()).hexdigest()[:16]
     summary_path = out_dir / "summary.json"
-    if summary_path.is_file() and json.loads(summary_path.read_text())["cache_key"] == key:
+    cached = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    if cached.get("cache_key") == key:
         log(f"data: reusing the cache in {out_dir} (key {key})")
-        summary = json.loads(summary_path.read_text())
-        return Tokenizer(out_dir / "tokenizer.model"), summary["labels"], summary
+        return Tokenizer(out_dir / "tokenizer.model"), cached["labels"], cached
     texts, labels, _ = read_labelled(d.train, d)
     classes = sorted(set(labels))
     if len(classes) < 2:

@@ -152,8 +152,7 @@ def cmd_attention(args) -> int:
     translator = Translator.from_run(args.run, device=args.device)
     maps = translator.attention(args.src, args.tgt)
     formats = tuple(args.format) or ("png",)
-    n_layers = maps.encoder.shape[0]
-    layers = [(l - 1 if l > 0 else l) % n_layers for l in (args.layer or [-1])]  # 1-based or from the end
+    layers = [l - 1 if l > 0 else l for l in (args.layer or [-1])]  # 1-based, or negative from the end
     drawn = plot_attention(maps, args.out, layers=layers, heads=args.head or None, formats=formats)
     print(f"source: {' '.join(maps.source_pieces)}\ntarget: {' '.join(maps.target_pieces)}")
     for files, _ in drawn.values():
@@ -162,8 +161,9 @@ def cmd_attention(args) -> int:
         kind = "encoder" if args.token_side == "source" else "decoder"
         labels = maps.source_pieces if kind == "encoder" else maps.target_pieces
         query = _find_token(labels, args.token)
+        n_layers = getattr(maps, kind).shape[0]
         for layer in layers:
-            out = Path(args.out) / f"token_{kind}_{query}_L{layer + 1}.png"
+            out = Path(args.out) / f"token_{kind}_{query}_L{layer % n_layers + 1}.png"
             plot_token_attention(maps, query, out, kind=kind, layer=layer)
             print(f"wrote {out}")
     return 0

@@ -155,8 +155,8 @@ def validate(model: Transformer, data: Prepared, config: Config, device: torch.d
     for indices in make_batches(corpus.src_lengths, corpus.tgt_lengths, max_tokens=config.train.max_tokens,
                                 seed=0, epoch=0, shuffle=False):
         batch = collate(corpus, indices).to(device)
-        logits = model(batch.src, batch.tgt_in)
-        loss, nll = label_smoothed_nll(logits, batch.tgt_out, eps=config.train.label_smoothing,
+        logits = model(batch.src, batch.tgt_in, batch.positions)  # real target positions only, as in training
+        loss, nll = label_smoothed_nll(logits, batch.target, eps=config.train.label_smoothing,
                                        pad_id=model.config.pad_id)
         loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + batch.n_tokens
     result = {"valid_loss": loss_sum / tokens, "valid_nll": nll_sum / tokens,
