@@ -8,7 +8,7 @@ import torch
 
 from conftest import ROOT, run_cli
 from transduce.classify import (ClassifierRunConfig, ClassifyDataConfig, HeadConfig, TransformerClassifier,
-                                read_labelled)
+                                read_labelled, truncate)
 from transduce.config import ConfigError, ModelConfig, load_config
 from transduce.data import DataError
 from transduce.model import Encoder
@@ -80,6 +80,14 @@ def recipe(tmp_path, train, pooling="mean", epochs=6):
     path = tmp_path / f"recipe-{pooling}.toml"
     path.write_text(RECIPE.format(train=train, pooling=pooling, epochs=epochs))
     return path
+
+
+def test_truncation_keeps_the_chosen_part():
+    ids = list(range(20))
+    assert truncate(ids, 8, "start") == list(range(8))
+    assert truncate(ids, 8, "end") == list(range(12, 20))
+    assert truncate(ids, 8, "head_tail") == [0, 1] + list(range(14, 20))
+    assert truncate(ids[:5], 8, "head_tail") == ids[:5]
 
 
 def test_classifier_shares_the_encoder_and_pools_without_padding():

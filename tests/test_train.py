@@ -14,7 +14,7 @@ from conftest import ROOT, run_cli, tiny_recipe
 from transduce.checkpoint import average_checkpoints, checkpoint_dirs
 from transduce.config import ConfigError, load_config
 from transduce.loss import label_smoothed_nll
-from transduce.optim import inverse_sqrt_lr, noam_lr
+from transduce.optim import inverse_sqrt_lr, learning_rate, linear_decay_lr, noam_lr
 from transduce.train import TrainingError, train
 
 
@@ -32,6 +32,16 @@ def test_inverse_sqrt_schedule():
     assert inverse_sqrt_lr(50, peak_lr=1e-3, warmup_steps=100) == pytest.approx(5e-4)
     assert inverse_sqrt_lr(100, peak_lr=1e-3, warmup_steps=100) == pytest.approx(1e-3)
     assert inverse_sqrt_lr(400, peak_lr=1e-3, warmup_steps=100) == pytest.approx(5e-4)
+
+
+def test_linear_decay_schedule():
+    assert linear_decay_lr(50, peak_lr=1e-3, warmup_steps=100, total_steps=1100) == pytest.approx(5e-4)
+    assert linear_decay_lr(100, peak_lr=1e-3, warmup_steps=100, total_steps=1100) == pytest.approx(1e-3)
+    assert linear_decay_lr(600, peak_lr=1e-3, warmup_steps=100, total_steps=1100) == pytest.approx(5e-4)
+    assert linear_decay_lr(1100, peak_lr=1e-3, warmup_steps=100, total_steps=1100) == 0.0
+    config = load_config(None, ["train.lr_schedule=linear", "train.peak_lr=0.002", "train.warmup_steps=10",
+                                "train.max_steps=110"]).train
+    assert learning_rate(60, config, d_model=512) == pytest.approx(1e-3)
 
 
 def test_label_smoothing_zero_is_nll_and_matches_torch():

@@ -137,7 +137,8 @@ class TrainConfig:
     max_steps: int = 100_000  # total optimizer updates; resuming counts from the saved step
     max_tokens: int = 4096  # per micro-batch, per side, padded tokens
     accumulate: int = 1  # micro-batches per update (and per rank)
-    lr_schedule: str = "noam"  # "noam" = Eq. 3 x lr_scale; "inverse_sqrt" (fairseq's) or "constant": peak_lr
+    lr_schedule: str = "noam"  # "noam" = Eq. 3 x lr_scale; "inverse_sqrt" (fairseq's), "constant" or "linear"
+    # (linear: warm-up to peak_lr, then down to 0 at max_steps)
     lr_scale: float = 1.0
     peak_lr: float = 5e-4
     warmup_steps: int = 4000
@@ -164,8 +165,8 @@ class TrainConfig:
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
 
     def __post_init__(self) -> None:
-        if self.lr_schedule not in ("noam", "inverse_sqrt", "constant"):
-            raise ConfigError(f"train.lr_schedule must be 'noam', 'inverse_sqrt' or 'constant', "
+        if self.lr_schedule not in ("noam", "inverse_sqrt", "constant", "linear"):
+            raise ConfigError(f"train.lr_schedule must be 'noam', 'inverse_sqrt', 'constant' or 'linear', "
                               f"got {self.lr_schedule!r}")
         if self.early_stop_metric not in ("loss", "bleu", "accuracy"):
             raise ConfigError(f"train.early_stop_metric must be 'loss', 'bleu' or 'accuracy', "

@@ -78,8 +78,10 @@ class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (§3.2.2).
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (Eq. 1), computed by torch's scaled_dot_product_attention.
-    Keys and values are projected by `project_kv` so that callers can cache them (decoder self-attention) or
-    compute them once (encoder-decoder attention).
+    Self-attention projects Q, K and V with one (D -> 3D) product (`project_qkv`), encoder-decoder attention K and V
+    with one (D -> 2D) product (`project_kv`); the weights stay three separate D x D projections (W^Q, W^K, W^V),
+    concatenated on the fly. Callers can cache K and V (decoder self-attention) or compute them once
+    (encoder-decoder attention) and pass them to `attend`.
     """
 
     def __init__(self, *, d_model: int, n_heads: int, dropout: float) -> None:
@@ -92,15 +94,26 @@ class MultiHeadAttention(nn.Module):
         self.keep_weights = False  # set by Transformer.recording_attention()
         self.weights: Tensor | None = None  # (B, H, Lq, Lk) when keep_weights
 
-    def _split(self, x: Tensor) -> Tensor:
+    def _project(self, x: Tensor, *linears: nn.Linear) -> tuple[Tensor, ...]:
+        """x (B, L, D) through several D x D projections in one matrix product -> one (B, H, L, K) per projection."""
+        weight = torch.cat([m.weight for m in linears]) if len(linears) > 1 else linears[0].weight  # (n D, D)
+        bias = torch.cat([m.bias for m in linears]) if len(linears) > 1 else linears[0].bias
         batch, length, _ = x.shape
-        return x.view(batch, length, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, L, K)
+        out = F.linear(x, weight, bias).view(batch, length, len(linears), self.n_heads, self.d_k)
+        return out.permute(2, 0, 3, 1, 4).unbind(0)  # n x (B, H, L, K)
+
+    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self._project(x, self.q_proj, self.k_proj, self.v_proj)
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        return self._split(self.k_proj(x)), self._split(self.v_proj(x))  # (B, H, L, K) each
+        return self._project(x, self.k_proj, self.v_proj)
 
     def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, causal: bool = False) -> Tensor:
-        q = self._split(self.q_proj(x))  # (B, H, Lq, K)
+        """Queries from x (B, Lq, D); keys and values already projected (B, H, Lk, K)."""
+        return self.attend(self._project(x, self.q_proj)[0], k, v, mask, causal=causal)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, causal: bool = False) -> Tensor:
+        """Eq. 1 per head on projected q (B, H, Lq, K), k and v (B, H, Lk, K), then Concat(heads) W^O -> (B, Lq, D)."""
         if self.keep_weights:
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, Lq, Lk)
             if causal:
@@ -155,7 +168,7 @@ class EncoderLayer(nn.Module):
         self.sublayer1, self.sublayer2 = SublayerConnection(config), SublayerConnection(config)
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        x = self.sublayer1(x, lambda h: self.self_attn(h, *self.self_attn.project_kv(h), mask))
+        x = self.sublayer1(x, lambda h: self.self_attn.attend(*self.self_attn.project_qkv(h), mask))
         return self.sublayer2(x, self.ff)
 
 
@@ -171,13 +184,13 @@ class DecoderLayer(nn.Module):
                 cross_mask: Tensor | None, *, causal: bool = False, cache: "DecoderCache | None" = None,
                 layer: int = 0) -> Tensor:
         def self_attention(h: Tensor) -> Tensor:
-            k, v = self.self_attn.project_kv(h)  # (B, H, T, K)
+            q, k, v = self.self_attn.project_qkv(h)  # (B, H, T, K)
             if cache is not None:  # append this step's keys/values to the ones of earlier steps
                 if cache.self_kv[layer] is not None:
                     k = torch.cat([cache.self_kv[layer][0], k], dim=2)  # (B, H, t+1, K)
                     v = torch.cat([cache.self_kv[layer][1], v], dim=2)
                 cache.self_kv[layer] = (k, v)
-            return self.self_attn(h, k, v, self_mask, causal=causal)
+            return self.self_attn.attend(q, k, v, self_mask, causal=causal)
 
         x = self.sublayer1(x, self_attention)
         # §3.2.3: queries from the decoder, keys and values from the encoder output.

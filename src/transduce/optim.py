@@ -23,14 +23,32 @@ def inverse_sqrt_lr(step: int, *, peak_lr: float, warmup_steps: int) -> float:
     return peak_lr * math.sqrt(warmup_steps / step)
 
 
+def linear_decay_lr(step: int, *, peak_lr: float, warmup_steps: int, total_steps: int) -> float:
+    """Linear warm-up to peak_lr, then a straight line down to 0 at total_steps (BERT's fine-tuning schedule)."""
+    step = max(step, 1)
+    if step < warmup_steps:
+        return peak_lr * step / warmup_steps
+    return peak_lr * max(0.0, total_steps - step) / max(1, total_steps - warmup_steps)
+
+
 def learning_rate(step: int, config: TrainConfig, d_model: int) -> float:
     if config.lr_schedule == "constant":  # linear warm-up, then peak_lr (e.g. the seed report's Adam at 1e-3)
         return config.peak_lr * min(1.0, max(step, 1) / config.warmup_steps)
     if config.lr_schedule == "inverse_sqrt":
         return inverse_sqrt_lr(step, peak_lr=config.peak_lr, warmup_steps=config.warmup_steps)
+    if config.lr_schedule == "linear":
+        return linear_decay_lr(step, peak_lr=config.peak_lr, warmup_steps=config.warmup_steps,
+                               total_steps=config.max_steps)
     return noam_lr(step, d_model=d_model, warmup_steps=config.warmup_steps, scale=config.lr_scale)
 
 
 def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Adam:
-    return torch.optim.Adam(model.parameters(), lr=0.0, betas=(config.adam_beta1, config.adam_beta2),
-                            eps=config.adam_eps, weight_decay=config.weight_decay)
+    """Adam with torch's fused kernel (one pass over each parameter) where this torch build has it for the
+    parameters' device (CUDA; CPU since torch 2.4), else the multi-tensor one. Same update either way."""
+    kwargs = dict(lr=0.0, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps,
+                  weight_decay=config.weight_decay)
+    params = list(model.parameters())
+    try:
+        return torch.optim.Adam(params, fused=True, **kwargs)
+    except RuntimeError:  # no fused kernel for this device in this torch
+        return torch.optim.Adam(params, foreach=True, **kwargs)
