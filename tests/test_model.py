@@ -6,7 +6,7 @@ from torch import nn
 
 from transduce import ModelConfig, Transformer
 from transduce.config import ConfigError
-from transduce.model import attention_mask, sinusoidal_encoding
+from transduce.model import Dropout, attention_mask, sinusoidal_encoding
 
 V = 40
 
@@ -51,6 +51,32 @@ def test_positional_encoding_equals_the_formula():
             angle = pos / 10000 ** (2 * i / 16)
             assert pe[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
             assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_dropout_drops_at_rate_p_and_scales_the_rest(p):
+    torch.manual_seed(0)
+    drop = Dropout(p).train()
+    x = torch.ones(250_001, 4)  # an element count that is not a multiple of 4
+    y = drop(x)
+    dropped = y.eq(0)
+    assert y[~dropped].allclose(torch.tensor(1 / (1 - p)))
+    # each of the four 16-bit pieces of a random word has its own threshold: check every piece's rate
+    for piece in range(4):
+        rate = dropped.view(-1)[piece::4].float().mean().item()
+        assert abs(rate - p) < 0.004, (piece, rate)
+    assert abs(y.mean().item() - 1.0) < 0.005  # inverted dropout keeps the expectation
+    y2 = drop(x)
+    assert not torch.equal(dropped, y2.eq(0))  # a fresh mask each call
+    torch.manual_seed(0)
+    assert torch.equal(drop(x), y)  # drawn from torch's generator: seeded runs repeat
+    x.requires_grad_(True)
+    torch.manual_seed(0)
+    drop(x).sum().backward()
+    assert torch.equal(x.grad, y)  # gradient = mask / (1 - p)
+    assert torch.equal(drop.eval()(x), x)
+    with pytest.raises(ConfigError):
+        Dropout(1.0)
 
 
 def test_embeddings_are_scaled_and_tied():

@@ -15,7 +15,7 @@ from transduce.checkpoint import average_checkpoints, checkpoint_dirs
 from transduce.config import ConfigError, load_config
 from transduce.loss import label_smoothed_nll
 from transduce.optim import inverse_sqrt_lr, learning_rate, linear_decay_lr, noam_lr
-from transduce.train import TrainingError, train
+from transduce.train import TrainingError, keep_freed_memory, train
 
 
 def test_noam_schedule_is_equation_3():
@@ -42,6 +42,37 @@ def test_linear_decay_schedule():
     config = load_config(None, ["train.lr_schedule=linear", "train.peak_lr=0.002", "train.warmup_steps=10",
                                 "train.max_steps=110"]).train
     assert learning_rate(60, config, d_model=512) == pytest.approx(1e-3)
+
+
+def test_malloc_setting_applies_on_glibc_linux():
+    import platform
+    expected = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+    assert keep_freed_memory() is expected
+
+
+def test_logits_workspace_gives_the_same_loss_and_gradients():
+    from transduce import ModelConfig, Transformer
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_layers=2, dropout=0.0)
+    plain, spaced = Transformer(config), Transformer(config)
+    spaced.load_state_dict(plain.state_dict())
+    spaced.logits_workspace = True
+    src, tgt = torch.randint(4, 40, (3, 7)), torch.randint(4, 40, (3, 6))
+    tgt[1, 4:] = 0
+    target = torch.randint(4, 40, (3, 6)).reshape(-1)
+    positions = tgt.reshape(-1).ne(0).nonzero().squeeze(1)
+    results = []
+    for model in (plain, spaced):
+        for _ in range(2):  # the second call reuses the workspace
+            model.zero_grad()
+            logits = model(src, tgt, positions)
+            loss, _ = label_smoothed_nll(logits, target[positions], eps=0.1, pad_id=0, reuse_logits=True)
+            loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert spaced._workspace is not None and spaced._workspace.numel() >= len(positions) * 40
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-6)
+    for a, b in zip(results[0][1], results[1][1]):
+        assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_label_smoothing_zero_is_nll_and_matches_torch():

@@ -19,14 +19,21 @@ import torch
 from torch import Tensor
 
 
-_CHUNK_ELEMENTS = 1 << 22  # 16 MB of float32: temporaries this small are reused by malloc instead of page-faulted
+_CHUNK_ELEMENTS = 1 << 22  # rows of the (N, V) logits per logsumexp chunk: 16 MB of float32
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, weight: Tensor, eps: float, reuse_logits: bool):
+        # logsumexp by row chunks through one scratch block: fresh temporaries per chunk would be page-faulted in
         rows = max(1, _CHUNK_ELEMENTS // logits.size(1))
-        lse = torch.cat([torch.logsumexp(chunk, dim=-1) for chunk in logits.split(rows)])  # (N,)
+        scratch = logits.new_empty(min(rows, logits.size(0)), logits.size(1))
+        lse = logits.new_empty(logits.size(0))  # (N,)
+        for start in range(0, logits.size(0), rows):
+            chunk = logits[start : start + rows]
+            top = chunk.amax(dim=1, keepdim=True)
+            block = torch.sub(chunk, top, out=scratch[: chunk.size(0)]).exp_()
+            lse[start : start + rows] = block.sum(dim=1).log_().add_(top.squeeze(1))
         nll = lse - logits.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
         loss = nll if eps == 0.0 else (1.0 - eps) * nll + eps * (lse - logits.mean(dim=-1))
         ctx.save_for_backward(logits, target, weight, lse)
