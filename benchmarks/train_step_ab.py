@@ -34,7 +34,7 @@ import transduce.model as model_module
 from transduce.config import load_config
 from transduce.data import prepare
 from transduce.optim import build_optimizer
-from transduce.train import TranslationTask, keep_freed_memory
+from transduce.train import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, TranslationTask, keep_freed_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,8 +79,8 @@ def main() -> None:
         name, model, optimizer = variant
         if libc is not None:
             if name == "A":
-                libc.mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD
-                libc.mallopt(-1, 128 << 10)  # M_TRIM_THRESHOLD
+                libc.mallopt(M_MMAP_THRESHOLD, 128 << 10)
+                libc.mallopt(M_TRIM_THRESHOLD, 128 << 10)
             else:
                 keep_freed_memory()
             train_step(model, optimizer, batches[0])  # settle: let the allocator reach its new state

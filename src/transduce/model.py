@@ -424,7 +424,7 @@ class Transformer(nn.Module):
             return self.decode(tgt_in, memory, self.pad_mask(src))  # (B, T, V)
         h = self.decoder(tgt_in, memory, self.pad_mask(src))  # (B, T, D)
         h = h.reshape(-1, h.size(-1)).index_select(0, positions)  # (N, D)
-        if self.logits_workspace and h.device.type == "cpu" and self.output.bias is None:
+        if self.logits_workspace and h.device.type == "cpu":
             return _ProjectIntoWorkspace.apply(h, self.output.weight, self)  # (N, V)
         return self.output(h)  # (N, V)
 
