@@ -213,3 +213,15 @@ def test_multi30k_prepares_with_high_padding_efficiency(tmp_path):
     batches = make_batches(data.splits["train"].src_lengths, data.splits["train"].tgt_lengths, max_tokens=4096,
                            seed=1, epoch=0)
     assert padding_efficiency(data.splits["train"], batches) > 0.9
+
+
+def test_batches_follow_target_length_then_alternating_source_length():
+    # target lengths 4 and 5: sources rise within the even length and fall within the odd one, so the batch that
+    # spans both lengths holds sources of similar length (the two longest groups meet)
+    src = np.array([2, 9, 5, 9, 2, 5])
+    tgt = np.array([4, 4, 4, 5, 5, 5])
+    batches = make_batches(src, tgt, max_tokens=10**6, seed=0, epoch=0, shuffle=False)
+    assert [b.tolist() for b in batches] == [[0, 2, 1, 3, 5, 4]]
+    # with a budget of two pairs the middle batch pairs the two 9-token sources
+    batches = make_batches(src, tgt, max_tokens=18, seed=0, epoch=0, shuffle=False)
+    assert [b.tolist() for b in batches] == [[0, 2], [1, 3], [5, 4]]

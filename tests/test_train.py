@@ -56,20 +56,23 @@ def test_logits_workspace_gives_the_same_loss_and_gradients():
     config = ModelConfig(vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_layers=2, dropout=0.0)
     plain, spaced = Transformer(config), Transformer(config)
     spaced.load_state_dict(plain.state_dict())
-    spaced.logits_workspace = True
+    spaced.logits_workspace, spaced.workspace_rows = True, 50  # reserved for 50 rows: never regrown here
     src, tgt = torch.randint(4, 40, (3, 7)), torch.randint(4, 40, (3, 6))
     tgt[1, 4:] = 0
     target = torch.randint(4, 40, (3, 6)).reshape(-1)
     positions = tgt.reshape(-1).ne(0).nonzero().squeeze(1)
-    results = []
+    results, storage = [], set()
     for model in (plain, spaced):
         for _ in range(2):  # the second call reuses the workspace
             model.zero_grad()
             logits = model(src, tgt, positions)
+            if model is spaced:
+                storage.add(logits.data_ptr())
             loss, _ = label_smoothed_nll(logits, target[positions], eps=0.1, pad_id=0, reuse_logits=True)
             loss.backward()
         results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
-    assert spaced._workspace is not None and spaced._workspace.numel() >= len(positions) * 40
+    assert spaced._workspace is not None and spaced._workspace.numel() == 50 * 40
+    assert storage == {spaced._workspace.data_ptr()}
     assert torch.allclose(results[0][0], results[1][0], atol=1e-6)
     for a, b in zip(results[0][1], results[1][1]):
         assert torch.allclose(a, b, atol=1e-6)
@@ -305,7 +308,7 @@ def test_out_of_memory_batches_are_skipped_and_repeated_ones_stop(tmp_path, toy_
         train(load_config(recipe), tmp_path / "run2", quiet=True)
 
 
-def test_fused_label_smoothing_gradient_is_exact():
+def test_fused_label_smoothing_gradient_is_exact(monkeypatch):
     from transduce.loss import _SmoothedCrossEntropy
 
     torch.manual_seed(1)
@@ -315,6 +318,21 @@ def test_fused_label_smoothing_gradient_is_exact():
     for eps in (0.0, 0.1, 0.3):
         assert torch.autograd.gradcheck(lambda z: _SmoothedCrossEntropy.apply(z, target, weight, eps, False)[0],
                                        (logits,))
+    # reuse_logits=True works in place on the logits (exp in the forward, gradient in the backward): same results
+    # as the checked path, which leaves its input alone; chunking by rows is exercised with a 3-row chunk
+    monkeypatch.setattr("transduce.loss._CHUNK_ELEMENTS", 27)
+    for eps in (0.0, 0.1):
+        results = []
+        for reuse in (False, True):
+            before = logits.detach().clone()
+            z = before.clone().requires_grad_(True)
+            work = z * 1.0  # a non-leaf, as the model's output is
+            loss, nll = _SmoothedCrossEntropy.apply(work, target, weight, eps, reuse)
+            loss.backward()
+            assert torch.equal(work, before) is not reuse  # only the reusing path overwrites its input
+            results.append((loss.detach(), nll, z.grad))
+        for a, b in zip(*results):
+            assert torch.allclose(a, b, atol=1e-12)
 
 
 def test_training_projects_only_real_target_positions():

@@ -25,18 +25,27 @@ _CHUNK_ELEMENTS = 1 << 22  # rows of the (N, V) logits per logsumexp chunk: 16 M
 class _SmoothedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, weight: Tensor, eps: float, reuse_logits: bool):
-        # logsumexp by row chunks through one scratch block: fresh temporaries per chunk would be page-faulted in
+        n = logits.size(0)
+        z_target = logits.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
+        z_mean = logits.mean(dim=-1) if eps else None
+        # exp(z - row max) by row chunks: with reuse_logits into the logits themselves (the backward then turns
+        # them into the gradient without a second exp), else through one scratch block (fresh temporaries per
+        # chunk would be page-faulted in)
         rows = max(1, _CHUNK_ELEMENTS // logits.size(1))
-        scratch = logits.new_empty(min(rows, logits.size(0)), logits.size(1))
-        lse = logits.new_empty(logits.size(0))  # (N,)
-        for start in range(0, logits.size(0), rows):
+        scratch = None if reuse_logits else logits.new_empty(min(rows, n), logits.size(1))
+        if reuse_logits:  # the same storage, without the autograd view history the in-place writes would trip on
+            logits = logits.detach()
+        top, total = logits.new_empty(n), logits.new_empty(n)
+        for start in range(0, n, rows):
             chunk = logits[start : start + rows]
-            top = chunk.amax(dim=1, keepdim=True)
-            block = torch.sub(chunk, top, out=scratch[: chunk.size(0)]).exp_()
-            lse[start : start + rows] = block.sum(dim=1).log_().add_(top.squeeze(1))
-        nll = lse - logits.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
-        loss = nll if eps == 0.0 else (1.0 - eps) * nll + eps * (lse - logits.mean(dim=-1))
-        ctx.save_for_backward(logits, target, weight, lse)
+            row_max = chunk.amax(dim=1, keepdim=True)
+            block = chunk.sub_(row_max) if reuse_logits else torch.sub(chunk, row_max, out=scratch[: chunk.size(0)])
+            total[start : start + rows] = block.exp_().sum(dim=1)
+            top[start : start + rows] = row_max.squeeze(1)
+        lse = total.log().add_(top)
+        nll = lse - z_target
+        loss = nll if eps == 0.0 else (1.0 - eps) * nll + eps * (lse - z_mean)
+        ctx.save_for_backward(logits, target, weight, lse, total)
         ctx.eps, ctx.reuse_logits = eps, reuse_logits
         nll_sum = (nll * weight).sum()
         ctx.mark_non_differentiable(nll_sum)
@@ -44,15 +53,22 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        logits, target, weight, lse = ctx.saved_tensors
+        logits, target, weight, lse, total = ctx.saved_tensors
         eps, vocab = ctx.eps, logits.size(1)
-        # softmax(z) = exp(z - lse), computed in place: a fresh (N, V) tensor costs more than the arithmetic
-        grad = logits if ctx.reuse_logits else logits.clone()
-        grad.sub_(lse.unsqueeze(1)).exp_()
-        if eps:
-            grad.sub_(eps / vocab)
-        grad.scatter_add_(1, target.unsqueeze(1), torch.full_like(lse, eps - 1.0).unsqueeze(1))
-        grad.mul_((weight * grad_loss).unsqueeze(1))
+        scale = weight * grad_loss  # (N,)
+        # grad = scale * (softmax(z) - eps / V) - scale * (1 - eps) * onehot(target), written in place
+        if ctx.reuse_logits:  # the logits now hold exp(z - row max): softmax is that over the row's total
+            grad = logits
+            if eps:  # one pass: grad = grad * (scale / total) - scale * eps / V
+                torch.addcmul((scale * (-eps / vocab)).unsqueeze(1), grad, (scale / total).unsqueeze(1), out=grad)
+            else:
+                grad.mul_((scale / total).unsqueeze(1))
+        else:
+            grad = logits.clone().sub_(lse.unsqueeze(1)).exp_()
+            if eps:
+                grad.sub_(eps / vocab)
+            grad.mul_(scale.unsqueeze(1))
+        grad.scatter_add_(1, target.unsqueeze(1), (scale * (eps - 1.0)).unsqueeze(1))
         return grad, None, None, None, None
 
 
@@ -61,8 +77,9 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, *, eps: float, pad_id: in
     """logits (..., V), target (...) -> (loss, nll), both SUMMED over non-pad target tokens.
 
     Callers divide by the number of target tokens of the whole (accumulated, all-rank) batch (DESIGN.md rule 6).
-    With eps = 0, loss == nll. Computed in float32 even under autocast. `reuse_logits=True` lets the backward
-    overwrite the logits with their gradient (the training loop does; the logits must not be read afterwards).
+    With eps = 0, loss == nll. Computed in float32 even under autocast. `reuse_logits=True` hands the logits over:
+    the forward overwrites them with exp(z - row max) and the backward with their gradient (the training loop does
+    this; the logits must not be read afterwards). Otherwise they are left untouched.
     """
     target = target.reshape(-1)
     logits = logits.float().reshape(target.numel(), -1)

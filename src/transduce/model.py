@@ -368,7 +368,8 @@ class _ProjectIntoWorkspace(torch.autograd.Function):
     def forward(ctx, h: Tensor, weight: Tensor, owner: "Transformer") -> Tensor:
         n, vocab = h.size(0), weight.size(0)
         if owner._workspace is None or owner._workspace.numel() < n * vocab or owner._workspace.dtype != h.dtype:
-            owner._workspace = h.new_empty(n * vocab)
+            # sized for the largest batch to come at once: every regrowth is a fresh block to page in
+            owner._workspace = h.new_empty(max(n, owner.workspace_rows) * vocab)
         ctx.save_for_backward(h, weight)
         return torch.mm(h, weight.t(), out=owner._workspace[: n * vocab].view(n, vocab))
 
@@ -404,7 +405,9 @@ class Transformer(nn.Module):
         # On CPU a fresh (N, V) logits tensor costs a page fault per 4 KB every step (the pre-softmax projection then
         # runs at ~70% of its speed into warm memory). The training loop sets this flag: forward(..., positions) then
         # writes the logits into one workspace kept across steps. Each call overwrites the previous call's logits.
+        # `workspace_rows`: how many rows to reserve when it is first made (the loop's max_tokens bounds N).
         self.logits_workspace = False
+        self.workspace_rows = 0
         self._workspace: Tensor | None = None
 
     def pad_mask(self, tokens: Tensor) -> Tensor:

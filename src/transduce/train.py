@@ -199,6 +199,7 @@ class TranslationTask:
     def build_model(self) -> Transformer:
         model = Transformer(self.config.model)
         model.logits_workspace = True  # this loop consumes each batch's logits before the next forward
+        model.workspace_rows = self.config.train.max_tokens  # a batch has at most this many target tokens
         return model
 
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
