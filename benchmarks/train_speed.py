@@ -5,7 +5,7 @@ batch, fp32. Runs the real training loop (`transduce.train.train`) for --steps u
 logged, skips the first log window (warm-up), and compares the model's FLOPs with an fp32 matmul peak measured in
 the same process.
 
-    .venv/bin/python benchmarks/train_speed.py [--steps 60] [--max-tokens 4096] [--device cpu]
+    .venv/bin/python benchmarks/train_speed.py [--steps 50] [--max-tokens 4500] [--device cpu]
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def training_flops(src_len: int, tgt_len: int, rows: int, m) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--max-tokens", type=int, default=4500)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default=None, help="run directory (default: a temporary one)")
     parser.add_argument("--compile", action="store_true", help="train with torch.compile")

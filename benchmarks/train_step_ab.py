@@ -4,7 +4,7 @@ This machine's speed drifts by +-20% over minutes (other tenants), so comparing 
 little. Here both variants live in one process, start from the same weights, and run the same batches alternately
 (A then B, then B then A, ...); the median of the per-batch time ratios A/B is the speed-up of the optimisation.
 
-    .venv/bin/python benchmarks/train_step_ab.py dropout   [--steps 16] [--max-tokens 4700]
+    .venv/bin/python benchmarks/train_step_ab.py dropout   [--steps 16] [--max-tokens 4500]
     .venv/bin/python benchmarks/train_step_ab.py workspace
     .venv/bin/python benchmarks/train_step_ab.py malloc
 
@@ -43,7 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("feature", choices=["dropout", "workspace", "malloc"])
     parser.add_argument("--steps", type=int, default=16, help="batches timed per variant")
-    parser.add_argument("--max-tokens", type=int, default=4700)
+    parser.add_argument("--max-tokens", type=int, default=4500)
     args = parser.parse_args()
     if not os.environ.get("TRANSDUCE_DATA"):
         sys.exit("set TRANSDUCE_DATA (the Makefile does) so that multi30k/ can be found")
