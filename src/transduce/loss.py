@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 
-_CHUNK_ELEMENTS = 1 << 22  # rows of the (N, V) logits per logsumexp chunk: 16 MB of float32
+_CHUNK_ELEMENTS = 1 << 22  # elements of the (N, V) logits per log-sum-exp chunk (whole rows): 16 MB of float32
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
@@ -32,9 +32,10 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         # them into the gradient without a second exp), else through one scratch block (fresh temporaries per
         # chunk would be page-faulted in)
         rows = max(1, _CHUNK_ELEMENTS // logits.size(1))
-        scratch = None if reuse_logits else logits.new_empty(min(rows, n), logits.size(1))
         if reuse_logits:  # the same storage, without the autograd view history the in-place writes would trip on
-            logits = logits.detach()
+            logits, scratch = logits.detach(), None
+        else:
+            scratch = logits.new_empty(min(rows, n), logits.size(1))
         top, total = logits.new_empty(n), logits.new_empty(n)
         for start in range(0, n, rows):
             chunk = logits[start : start + rows]
