@@ -48,7 +48,8 @@ def test_attention_cli_uses_the_models_own_translation(trained_run, tmp_path):
                    "--layer", "1", "--token", "the", "--format", "png")
     assert "target: <s>" in proc.stdout
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert names == ["cross_L1.png", "decoder_L1.png", "encoder_L1.png", "token_encoder_0_L1.png"]
+    assert names == ["cross_L1.png", "decoder_L1.png", "encoder_L1.png", "token_encoder_0_L1.png",
+                     "transduce-manifest.json"]
     bad = run_cli("attention", str(run), "--src", "the dog", "--out", str(tmp_path / "b"), "--token", "zebra",
                   check=False)
     assert bad.returncode == 1 and "not one of the pieces" in bad.stderr

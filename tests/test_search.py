@@ -62,6 +62,16 @@ def test_greedy_and_beam_differ_on_hand_set_probabilities():
     assert beam[0].score == pytest.approx(math.log(0.36)) and beam[1].score == pytest.approx(math.log(0.33))
 
 
+def test_greedy_and_beam_scores_mean_the_same_thing():
+    """Both report log P(Y | X) / lp(Y), |Y| counting EOS: greedy equals a beam of 1 with the same penalty."""
+    for kind, alpha in (("gnmt", 0.6), ("length", 1.0), ("none", 0.6)):
+        (greedy,) = greedy_search(FakeModel(), SRC, max_len_b=5, alpha=alpha, length_penalty_kind=kind)
+        (beam,) = beam_search(FakeModel(), SRC, beam=1, alpha=alpha, length_penalty_kind=kind, max_len_b=5)
+        assert greedy[0].tokens == beam[0].tokens == [A, A]
+        assert greedy[0].score == pytest.approx(beam[0].score)
+        assert greedy[0].score == pytest.approx(math.log(0.33) / length_penalty(3.0, kind=kind, alpha=alpha))
+
+
 def test_length_penalty_changes_the_winner():
     (beam,) = beam_search(FakeModel(), SRC, beam=2, length_penalty_kind="gnmt", alpha=1.0, max_len_b=5)
     assert beam[0].tokens == [A, A]

@@ -14,15 +14,18 @@ so a kill at any moment leaves the previous checkpoint loadable. Nothing here un
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file, save_model
+
+from .outputs import OutputError, atomic_folder, atomic_write, atomic_write_text, remove_own_folder
+
+__all__ = ["CheckpointError", "atomic_write_text", "save_weights", "load_weights", "save_checkpoint",
+           "load_checkpoint", "checkpoint_dirs", "average_run", "find_weights"]
 
 CHECKPOINTS = "checkpoints"
 
@@ -31,52 +34,12 @@ class CheckpointError(ValueError):
     pass
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-@contextlib.contextmanager
-def atomic_directory(final: str | Path):
-    """Yield a temporary folder beside `final`; on success it replaces `final`, on any failure it is removed."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
-    try:
-        yield tmp
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _atomic_tensors(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_weights(model: torch.nn.Module, path: str | Path, metadata: dict | None = None) -> None:
     """Model weights as safetensors; tied tensors are stored once (safetensors' save_model)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {k: str(v) for k, v in (metadata or {}).items()}
-    _atomic_tensors(path, lambda tmp: save_model(model, tmp, metadata=meta))
+    meta = {"transduce": "weights", **{k: str(v) for k, v in (metadata or {}).items()}}
+    atomic_write(path, lambda tmp: save_model(model, tmp, metadata=meta))
     if metadata is not None:
         atomic_write_text(path.with_suffix(".json"), json.dumps(metadata, indent=2) + "\n")
 
@@ -132,10 +95,15 @@ def rng_state() -> dict:
     return tensors
 
 
-def set_rng_state(tensors: dict) -> None:
-    torch.set_rng_state(tensors["rng.torch"])
-    if "rng.cuda" in tensors and torch.cuda.is_available():
+def set_rng_state(tensors: dict, rank: int = 0) -> bool:
+    """Restore the generator state saved for `rank` (rank 0's is "rng.torch"); False when the checkpoint has none."""
+    key = "rng.torch" if rank == 0 else f"rng.torch.rank{rank}"
+    if key not in tensors:
+        return False
+    torch.set_rng_state(tensors[key])
+    if rank == 0 and "rng.cuda" in tensors and torch.cuda.is_available():
         torch.cuda.set_rng_state(tensors["rng.cuda"])
+    return True
 
 
 def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
@@ -143,37 +111,45 @@ def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-"))
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")
+                  and (p / "model.safetensors").is_file())
 
 
 def save_checkpoint(run_dir: str | Path, *, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    trainer: dict, keep_last: int) -> Path:
+                    trainer: dict, keep_last: int, extra_tensors: dict | None = None) -> Path:
     root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-*"):  # left by a run killed while saving
+    for stale in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
     final = root / f"step-{step:08d}"
-    with atomic_directory(final) as tmp:
-        save_model(model, str(tmp / "model.safetensors"), metadata={"step": str(step)})
+    with atomic_folder(final, "checkpoint") as tmp:
+        save_model(model, str(tmp / "model.safetensors"), metadata={"transduce": "weights", "step": str(step)})
         opt_tensors, opt_meta = _optimizer_to_tensors(optimizer)
-        save_file({**opt_tensors, **rng_state()}, str(tmp / "optimizer.safetensors"))
+        save_file({**opt_tensors, **rng_state(), **(extra_tensors or {})}, str(tmp / "optimizer.safetensors"))
         (tmp / "trainer.json").write_text(json.dumps({**trainer, "step": step, "optimizer": opt_meta}, indent=2),
                                           encoding="utf-8")
     for old in checkpoint_dirs(run_dir)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_own_folder(old, "checkpoint")
     return final
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
-    """Restore model (and optimizer, RNG) from a checkpoint folder; returns the trainer state."""
+def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                    rank: int = 0) -> dict:
+    """Restore model (and optimizer, this rank's RNG) from a checkpoint folder; returns the trainer state, with
+    "rng_restored" telling whether the checkpoint held this rank's generator state."""
     load_weights(model, path / "model.safetensors")
-    trainer = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
-    tensors = load_file(str(path / "optimizer.safetensors"))
+    try:
+        trainer = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
+        tensors = load_file(str(path / "optimizer.safetensors"))
+    except Exception as err:  # a damaged checkpoint: JSON, OS or safetensors errors
+        raise CheckpointError(f"{path}: cannot read the checkpoint ({err}); move it aside to resume from the "
+                              "previous one") from None
+    restored = False
     if optimizer is not None:
         opt = {k: v for k, v in tensors.items() if k.startswith("state.")}
         optimizer.load_state_dict(_optimizer_from_tensors(opt, trainer["optimizer"]))
-        set_rng_state(tensors)
-    return trainer
+        restored = set_rng_state(tensors, rank)
+    return {**trainer, "rng_restored": restored}
 
 
 # Averaging (PAPER.md §4: the last 5 checkpoints for base, the last 20 for big) ------------------------------------
@@ -190,7 +166,37 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {name: (t / len(paths)).float() for name, t in total.items()}
 
 
+def _is_own_weights(path: Path) -> bool:
+    """True for a safetensors file whose header carries our mark (every weights file transduce writes has it)."""
+    try:
+        with safe_open(str(path), "pt") as f:
+            return "transduce" in (f.metadata() or {})
+    except Exception:  # not safetensors at all (safetensors raises its own error types)
+        return False
+
+
+def _is_own_sidecar(path: Path, key: str) -> bool:
+    try:
+        return key in json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def check_weights_target(out: Path, sidecar_key: str) -> None:
+    """Refuse a weights destination that is not ours: the file itself and its .json side file."""
+    if out.suffix != ".safetensors":
+        raise OutputError(f"{out}: weights are written as safetensors; give a name ending in .safetensors")
+    if out.is_dir() or (out.exists() and not _is_own_weights(out)):
+        raise OutputError(f"{out}: exists and is not a weights file written by transduce; choose another name")
+    side = out.with_suffix(".json")
+    if side.exists() and not _is_own_sidecar(side, sidecar_key):
+        raise OutputError(f"{out}: its side file {side} exists and was not written by transduce; "
+                          "choose another name")
+
+
 def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -> Path:
+    if last < 1:
+        raise CheckpointError(f"--last must be at least 1, got {last}")
     dirs = checkpoint_dirs(run_dir)
     if not dirs:
         raise CheckpointError(f"{run_dir}: no checkpoints to average")
@@ -199,8 +205,10 @@ def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -
                               "(raise train.keep_last)")
     chosen = dirs[-last:]
     out = Path(out) if out else Path(run_dir) / "averaged.safetensors"
+    check_weights_target(out, "averaged")
     averaged = average_checkpoints(chosen)
-    _atomic_tensors(out, lambda tmp: save_file(averaged, tmp, metadata={"averaged": ",".join(p.name for p in chosen)}))
+    names = ",".join(p.name for p in chosen)
+    atomic_write(out, lambda tmp: save_file(averaged, tmp, metadata={"transduce": "weights", "averaged": names}))
     atomic_write_text(out.with_suffix(".json"), json.dumps({"averaged": [p.name for p in chosen]}, indent=2) + "\n")
     return out
 

@@ -22,9 +22,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .batching import make_batches
-from .checkpoint import atomic_directory, find_weights, load_weights
+from .checkpoint import find_weights, load_weights
 from .config import ConfigError, ModelConfig, TrainConfig, read_config, save_config
-from .data import DataError, TokenArrays, _file_digest, read_lines, resolve_path
+from .data import DataError, TokenArrays, file_digest, read_lines, resolve_path
+from .outputs import atomic_folder
 from .model import Encoder, init_parameters
 from .tokenizer import BOS_ID, PAD_ID, Tokenizer
 from .translate import pick_device
@@ -137,6 +138,8 @@ def read_labelled(path: str | Path, config: ClassifyDataConfig) -> tuple[list[st
             text, label = line.rsplit("\t", 1)
         if not isinstance(text, str) or not text.strip():
             raise DataError(f"{path}:{number}: a row with no text")
+        if label is None or isinstance(label, (dict, list)) or not str(label).strip():
+            raise DataError(f"{path}:{number}: the label is missing or empty ({json.dumps(label)})")
         if config.strip_html:
             text = _TAG.sub(" ", text)
         texts.append(text)
@@ -184,19 +187,32 @@ def encode_texts(tokenizer: Tokenizer, texts: list[str], config: ClassifyDataCon
     return TokenArrays.from_lists([[BOS_ID] + x if cls else x for x in cut])
 
 
-def prepare_classification(config: ClassifierRunConfig, out_dir: Path, log=print) -> tuple[Tokenizer, list[str], dict]:
-    """Train the vocabulary, map labels to ids, encode train/valid(/test); cached like translation data."""
+def prepare_classification(config: ClassifierRunConfig, out_dir: Path, log=print,
+                           frozen: bool = False) -> tuple[Tokenizer, list[str], dict]:
+    """Train the vocabulary, map labels to ids, encode train/valid(/test); cached like translation data.
+
+    `frozen` (a run being resumed): a cache whose inputs changed is refused, naming the file, not prepared again.
+    """
+    from .data import changed_inputs
+
     d = config.data
     if not d.train:
         raise DataError("no training data: set data.train (a .tsv or .jsonl file, optionally .gz)")
     files = [resolve_path(p) for p in (d.train, d.valid, d.test) if p]
+    for f in files:
+        if not f.is_file():
+            raise DataError(f"{f}: no such file")
+    digests = {str(f): file_digest(f) for f in files}
     key = hashlib.sha256(json.dumps([dataclasses.asdict(d), config.head.pooling, config.train.seed]).encode()
-                         + "".join(_file_digest(f) for f in files).encode()).hexdigest()[:16]
+                         + "".join(digests.values()).encode()).hexdigest()[:16]
     summary_path = out_dir / "summary.json"
     cached = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     if cached.get("cache_key") == key:
         log(f"data: reusing the cache in {out_dir} (key {key})")
         return Tokenizer(out_dir / "tokenizer.model"), cached["labels"], cached
+    if cached and frozen:
+        raise DataError(f"{changed_inputs(cached, digests)} since this run prepared its data in {out_dir}; "
+                        "the model was trained on that data: restore it, or train into a new --out")
     texts, labels, _ = read_labelled(d.train, d)
     classes = sorted(set(labels))
     if len(classes) < 2:
@@ -213,10 +229,11 @@ def prepare_classification(config: ClassifierRunConfig, out_dir: Path, log=print
         splits["train"] = ([texts[i] for i in order[n_valid:]], [labels[i] for i in order[n_valid:]])
     if d.test:
         splits["test"] = read_labelled(d.test, d)[:2]
-    with atomic_directory(out_dir) as tmp:
+    with atomic_folder(out_dir, "data") as tmp:
         tokenizer = Tokenizer.train(iter(splits["train"][0]), tmp / "tokenizer.model", vocab_size=d.vocab_size,
                                     model_type=d.model_type, lowercase=d.lowercase, max_sentences=200_000)
-        summary = {"cache_key": key, "labels": classes, "vocab_size": tokenizer.vocab_size, "splits": {}}
+        summary = {"cache_key": key, "inputs": digests, "labels": classes, "vocab_size": tokenizer.vocab_size,
+                   "splits": {}}
         index = {c: i for i, c in enumerate(classes)}
         for name, (split_texts, split_labels) in splits.items():
             unknown = sorted(set(split_labels) - set(index))
@@ -281,6 +298,13 @@ class ClassificationTask:
                                label_smoothing=self.config.train.label_smoothing)
         return loss, F.cross_entropy(logits, batch.labels, reduction="sum")
 
+    def check(self) -> None:
+        """Token sequences were cut to data.max_len at preparation and model.max_len was raised to fit them."""
+        longest = int(self.train_split.tokens.lengths.max(initial=0))
+        if longest > self.config.model.max_len:
+            raise ConfigError(f"the prepared training data has {longest} tokens per row, more than "
+                              f"model.max_len {self.config.model.max_len}")
+
     @torch.no_grad()
     def validate(self, model, device: torch.device) -> dict:
         logits, labels = predict_split(model, self.valid_split, device, max_tokens=self.config.train.max_tokens,
@@ -305,35 +329,46 @@ def predict_split(model, split: LabelledSplit, device, *, max_tokens: int, pad_t
 
 
 def train_classifier(config: ClassifierRunConfig, run_dir: str | Path, *, quiet: bool = False) -> dict:
-    from .train import RunLog, run_training, setup_distributed
+    import torch.distributed as dist
+
+    from .train import RunLog, open_run, run_training, setup_distributed
 
     run_dir = Path(run_dir)
     ranks, device = setup_distributed(config.train.device)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    runlog = RunLog(run_dir, ranks.main, quiet)
-    saved = run_dir / "config.json"
-    if saved.is_file():
-        old = read_config(saved, ClassifierRunConfig)
-        for section in ("model", "head", "data"):
-            a, b = dataclasses.asdict(getattr(old, section)), dataclasses.asdict(getattr(config, section))
-            changed = [k for k in a if a[k] != b[k] and not (k in ("vocab_size", "n_classes") and not b[k])]
-            if changed:
-                raise ConfigError(f"this run directory was started with different {section} settings "
-                                  f"({', '.join(changed)}); use a new --out")
-    tokenizer, classes, _ = prepare_classification(config, run_dir / "data", log=runlog.text)
-    if config.model.vocab_size and config.model.vocab_size != tokenizer.vocab_size:
-        raise ConfigError(f"model.vocab_size is {config.model.vocab_size} but the tokenizer has "
-                          f"{tokenizer.vocab_size} pieces")
-    config = dataclasses.replace(
-        config, model=dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size,
-                                          max_len=max(config.model.max_len, config.data.max_len)),
-        head=dataclasses.replace(config.head, n_classes=len(classes)))
-    if ranks.main:
-        save_config(config, saved)
-        tokenizer.copy_to(run_dir / "tokenizer.model")
-    task = ClassificationTask(config, run_dir / "data")
-    result = run_training(task, config.train, run_dir, ranks=ranks, device=device, runlog=runlog, quiet=quiet)
+    with open_run(run_dir, ranks, "classification"):
+        runlog = RunLog(run_dir, ranks.main, quiet)
+        saved = run_dir / "config.json"
+        if saved.is_file():
+            _same_classifier_run(read_config(saved, ClassifierRunConfig), config)
+        frozen = (run_dir / "tokenizer.model").is_file()
+        if ranks.main:  # rank 0 prepares; the others wait, then read the cache it made
+            prepare_classification(config, run_dir / "data", log=runlog.text, frozen=frozen)
+        if ranks.world_size > 1:
+            dist.barrier()
+        tokenizer, classes, _ = prepare_classification(config, run_dir / "data", log=lambda _: None, frozen=True)
+        if config.model.vocab_size and config.model.vocab_size != tokenizer.vocab_size:
+            raise ConfigError(f"model.vocab_size is {config.model.vocab_size} but the tokenizer has "
+                              f"{tokenizer.vocab_size} pieces")
+        config = dataclasses.replace(
+            config, model=dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size,
+                                              max_len=max(config.model.max_len, config.data.max_len)),
+            head=dataclasses.replace(config.head, n_classes=len(classes)))
+        if ranks.main:
+            save_config(config, saved)
+            tokenizer.copy_to(run_dir / "tokenizer.model")
+        task = ClassificationTask(config, run_dir / "data")
+        result = run_training(task, config.train, run_dir, ranks=ranks, device=device, runlog=runlog, quiet=quiet)
     return {**result, "config": config, "labels": classes}
+
+
+def _same_classifier_run(old: ClassifierRunConfig, new: ClassifierRunConfig) -> None:
+    for section in ("model", "head", "data"):
+        a, b = dataclasses.asdict(getattr(old, section)), dataclasses.asdict(getattr(new, section))
+        changed = [k for k in a if a[k] != b[k] and not (k in ("vocab_size", "n_classes", "max_len") and not b[k])
+                   and not (section == "model" and k == "max_len")]
+        if changed:
+            raise ConfigError(f"this run directory was started with different {section} settings "
+                              f"({', '.join(changed)}); use a new --out")
 
 
 class Classifier:

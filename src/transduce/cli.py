@@ -7,14 +7,51 @@ import sys
 from pathlib import Path
 
 
+MAX_BEAM = 64  # a beam allocates beam x sentences decoder rows: bounded so a typo cannot exhaust memory
+MAX_BATCH_TOKENS = 1_000_000
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     from .checkpoint import CheckpointError
     from .config import ConfigError
     from .data import DataError
+    from .outputs import OutputError
     from .tokenizer import TokenizerError
     from .train import TrainingError
 
-    return ConfigError, DataError, CheckpointError, TokenizerError, TrainingError
+    return ConfigError, DataError, CheckpointError, TokenizerError, TrainingError, OutputError
+
+
+def _environment_error(err: OSError) -> str:
+    """A disk, permission or file-system problem, in one line: what failed, where, and why."""
+    where = f"{err.filename}: " if err.filename else ""
+    why = err.strerror or str(err)
+    hint = {28: " (the disk is full)", 30: " (read-only file system)", 13: " (no permission)"}.get(err.errno or 0, "")
+    return f"{where}{why}{hint}"
+
+
+def _input_path(path: str | None) -> Path:
+    """A command's input file: "-" (stdin) when None; relative paths also looked up under TRANSDUCE_DATA."""
+    from .data import resolve_path
+
+    return Path("-") if path in (None, "-") else resolve_path(path)
+
+
+def _check_decoding(args) -> None:
+    from .config import ConfigError
+
+    beam, nbest = args.beam, getattr(args, "nbest", 1)
+    if beam is not None and not 1 <= beam <= MAX_BEAM:
+        raise ConfigError(f"--beam must be between 1 and {MAX_BEAM}, got {beam}")
+    if not 1 <= nbest <= MAX_BEAM:
+        raise ConfigError(f"--nbest must be between 1 and {MAX_BEAM}, got {nbest}")
+    if beam is not None and nbest > beam:
+        raise ConfigError(f"--nbest {nbest} is larger than --beam {beam}: a beam of {beam} finds at most {beam} "
+                          "translations")
+    if args.batch_tokens is not None and not 1 <= args.batch_tokens <= MAX_BATCH_TOKENS:
+        raise ConfigError(f"--batch-tokens must be between 1 and {MAX_BATCH_TOKENS:,}, got {args.batch_tokens}")
+    if args.alpha is not None and not 0.0 <= args.alpha <= 10.0:
+        raise ConfigError(f"--alpha must be between 0 and 10, got {args.alpha}")
 
 
 def cmd_demo(args) -> int:
@@ -28,11 +65,12 @@ def cmd_prepare(args) -> int:
     from .config import DataConfig
     from .data import prepare
 
-    config = DataConfig(train=args.train, valid=args.valid or "", test=tuple(args.test), src=args.src, tgt=args.tgt,
-                        vocab_size=args.vocab_size, model_type=args.model_type, lowercase=args.lowercase,
-                        split_digits=args.split_digits, max_len=args.max_len, max_ratio=args.max_ratio,
-                        errors=args.errors)
-    prepare(config, args.out, max_tokens=args.max_tokens)
+    options = {"train": args.train, "valid": args.valid or "", "test": tuple(args.test), "src": args.src,
+               "tgt": args.tgt}
+    for name in ("vocab_size", "model_type", "lowercase", "split_digits", "max_len", "max_ratio", "errors"):
+        if getattr(args, name) is not None:  # unset options keep DataConfig's defaults (one place for them)
+            options[name] = getattr(args, name)
+    prepare(DataConfig(**options), args.out, max_tokens=args.max_tokens)
     return 0
 
 
@@ -46,7 +84,7 @@ def cmd_train(args) -> int:
             raise ConfigError(f"{args.out}: no recipe given and no run to resume there")
         config = apply_overrides(read_config(saved).to_dict(), args.set)
     else:
-        config = load_config(args.recipe, args.set)
+        config = load_config(args.recipe, args.set)  # a path, or the name of a shipped recipe
     shortcuts = [f"train.device={args.device}"] if args.device else []
     shortcuts += ["train.compile=true"] if args.compile else []
     if shortcuts:
@@ -63,34 +101,13 @@ def cmd_average(args) -> int:
     return 0
 
 
-def _read_input(path: str | None) -> list[str]:
-    from .data import DataError
-
-    if path is None:
-        data = sys.stdin.buffer.read()
-        name = "<stdin>"
-    else:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as err:
-            raise DataError(f"{path}: cannot read ({err.strerror})") from None
-        name = path
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise DataError(f"{name}:{line}: invalid UTF-8") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
-
-
 def cmd_translate(args) -> int:
+    from .data import read_lines
     from .translate import Translator
 
+    _check_decoding(args)
+    lines = read_lines(_input_path(args.input), errors=args.errors, allow_empty=True)
     translator = Translator.from_run(args.run, device=args.device)
-    lines = _read_input(args.input)
     progress = not sys.stdout.isatty() and not args.quiet
     results = translator.translate_nbest(lines, beam=args.beam, alpha=args.alpha, nbest=args.nbest,
                                          batch_tokens=args.batch_tokens, length_penalty=args.length_penalty,
@@ -112,14 +129,18 @@ def cmd_translate(args) -> int:
 def cmd_evaluate(args) -> int:
     import time
 
-    from .checkpoint import atomic_write_text
     from .data import DataError, read_lines
     from .metrics import score
+    from .outputs import atomic_write_text, refuse_existing_file
     from .translate import Translator
 
-    sources, references = read_lines(Path(args.src)), read_lines(Path(args.ref))
+    _check_decoding(args)
+    src, ref = _input_path(args.src), _input_path(args.ref)
+    sources, references = read_lines(src, errors=args.errors), read_lines(ref, errors=args.errors)
     if len(sources) != len(references):
-        raise DataError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+        raise DataError(f"{src} has {len(sources)} lines but {ref} has {len(references)}")
+    if args.output:
+        refuse_existing_file(args.output, "translations")
     translator = Translator.from_run(args.run, device=args.device)
     start = time.perf_counter()
     hyps = translator.translate(sources, beam=args.beam, alpha=args.alpha, batch_tokens=args.batch_tokens,
@@ -138,9 +159,10 @@ def cmd_score(args) -> int:
     from .data import DataError, read_lines
     from .metrics import score
 
-    hyps, refs = read_lines(Path(args.hyp)), read_lines(Path(args.ref))
+    hyp, ref = _input_path(args.hyp), _input_path(args.ref)
+    hyps, refs = read_lines(hyp, errors=args.errors), read_lines(ref, errors=args.errors)
     if len(hyps) != len(refs):
-        raise DataError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}")
+        raise DataError(f"{hyp} has {len(hyps)} lines but {ref} has {len(refs)}")
     print(score(hyps, refs, lowercase=args.lowercase, tokenize=args.tokenize).format())
     return 0
 
@@ -150,9 +172,17 @@ def cmd_attention(args) -> int:
     from .translate import Translator
 
     translator = Translator.from_run(args.run, device=args.device)
+    _check_picture_input(translator, args.src, args.tgt)
+    n_layers = {"encoder": len(translator.model.encoder.layers), "decoder": len(translator.model.decoder.layers)}
+    layers = [_layer_index(layer, min(n_layers.values())) for layer in (args.layer or [-1])]
+    heads = translator.model.config.n_heads
+    for head in args.head or []:
+        if not 0 <= head < heads:
+            from .config import ConfigError
+
+            raise ConfigError(f"--head {head}: the model has heads 0 to {heads - 1}")
     maps = translator.attention(args.src, args.tgt)
     formats = tuple(args.format) or ("png",)
-    layers = [l - 1 if l > 0 else l for l in (args.layer or [-1])]  # 1-based, or negative from the end
     drawn = plot_attention(maps, args.out, layers=layers, heads=args.head or None, formats=formats)
     print(f"source: {' '.join(maps.source_pieces)}\ntarget: {' '.join(maps.target_pieces)}")
     for files, _ in drawn.values():
@@ -161,12 +191,37 @@ def cmd_attention(args) -> int:
         kind = "encoder" if args.token_side == "source" else "decoder"
         labels = maps.source_pieces if kind == "encoder" else maps.target_pieces
         query = _find_token(labels, args.token)
-        n_layers = getattr(maps, kind).shape[0]
         for layer in layers:
-            out = Path(args.out) / f"token_{kind}_{query}_L{layer % n_layers + 1}.png"
+            out = Path(args.out) / f"token_{kind}_{query}_L{layer + 1}.png"
             plot_token_attention(maps, query, out, kind=kind, layer=layer)
             print(f"wrote {out}")
     return 0
+
+
+def _layer_index(layer: int, n_layers: int) -> int:
+    """1-based from the start, or negative from the end -> 0-based; 0 and out-of-range layers are refused."""
+    from .config import ConfigError
+
+    if layer == 0 or not -n_layers <= layer <= n_layers:
+        raise ConfigError(f"--layer {layer}: the model has layers 1 to {n_layers} (or -1 to -{n_layers} from the "
+                          "end)")
+    return layer - 1 if layer > 0 else n_layers + layer
+
+
+def _check_picture_input(translator, source: str, target: str | None) -> None:
+    """A heatmap has one row and column per piece: refuse sentences that would make unreadable, unbounded pictures."""
+    from .config import ConfigError
+    from .plot import MAX_PIECES
+
+    for side, text in (("--src", source), ("--tgt", target)):
+        if text is None:
+            continue
+        if not text.strip():
+            raise ConfigError(f"{side} is empty")
+        n = len(translator.tokenizer.encode([text[: 20 * MAX_PIECES]])[0])
+        if n >= MAX_PIECES or len(text) > 20 * MAX_PIECES:
+            raise ConfigError(f"{side}: pictures are limited to {MAX_PIECES} pieces per side; this sentence has "
+                              f"{n if len(text) <= 20 * MAX_PIECES else 'more than ' + str(n)}: draw a shorter one")
 
 
 def _find_token(pieces: list[str], token: str) -> int:
@@ -187,6 +242,9 @@ def cmd_plot(args) -> int:
     from .data import DataError
     from .plot import plot_curves
 
+    from .plot import check_picture_target
+
+    check_picture_target(args.out)
     for run in args.runs:
         if not (Path(run) / "metrics.jsonl").is_file():
             raise DataError(f"{run}: no metrics.jsonl (not a training run directory?)")
@@ -206,8 +264,10 @@ def cmd_classify_train(args) -> int:
 def cmd_classify_predict(args) -> int:
     from .classify import Classifier
 
+    from .data import read_lines
+
+    lines = read_lines(_input_path(args.input), errors=args.errors, allow_empty=True)
     classifier = Classifier.from_run(args.run, device=args.device)
-    lines = _read_input(args.input)
     keep = [i for i, line in enumerate(lines) if line.strip()]
     probs = classifier.predict_proba([lines[i] for i in keep]) if keep else None
     rows = [""] * len(lines)  # an empty line gets an empty answer
@@ -223,12 +283,27 @@ def cmd_classify_predict(args) -> int:
 def cmd_classify_evaluate(args) -> int:
     from .classify import Classifier, evaluate_file
 
-    evaluate_file(Classifier.from_run(args.run, device=args.device), args.data)
+    from .data import resolve_path
+
+    evaluate_file(Classifier.from_run(args.run, device=args.device), str(resolve_path(args.data)))
     return 0
 
 
+def _sacrebleu_tokenizers() -> list[str]:
+    from sacrebleu.metrics.bleu import BLEU
+
+    return sorted(BLEU.TOKENIZERS)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line on stderr (and exit status 2), like every other error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="transduce", description=__doc__.split(":")[0] if __doc__ else None)
+    parser = _Parser(prog="transduce", description=__doc__.split(":")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("demo", help="train and evaluate a small model on the built-in numbers task")
@@ -242,19 +317,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test", action="append", default=[], help="test file prefix (repeatable)")
     p.add_argument("--src", required=True)
     p.add_argument("--tgt", required=True)
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe")
-    p.add_argument("--lowercase", action="store_true")
-    p.add_argument("--split-digits", action="store_true")
-    p.add_argument("--max-len", type=int, default=256, help="drop training pairs longer than this (tokens)")
-    p.add_argument("--max-ratio", type=float, default=9.0, help="drop training pairs with a larger length ratio")
+    p.add_argument("--vocab-size", type=int, help="joint vocabulary size (default 8000)")
+    p.add_argument("--model-type", choices=["bpe", "unigram"], help="default bpe")
+    p.add_argument("--lowercase", action="store_true", default=None)
+    p.add_argument("--split-digits", action="store_true", default=None)
+    p.add_argument("--max-len", type=int, help="drop training pairs longer than this many tokens (default 256)")
+    p.add_argument("--max-ratio", type=float, help="drop training pairs with a larger length ratio (default 9)")
     p.add_argument("--max-tokens", type=int, default=4096, help="batch size used for the padding report")
-    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 handling")
-    p.add_argument("--out", required=True)
+    p.add_argument("--errors", choices=["strict", "replace"], help="invalid UTF-8: refuse (default) or replace")
+    p.add_argument("--out", required=True, help="a new folder (or an earlier `prepare` output, replaced)")
     p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("train", help="train (or resume) a model from a TOML recipe")
-    p.add_argument("recipe", nargs="?", help="TOML recipe (omit to resume the run in --out with its config)")
+    p.add_argument("recipe", nargs="?", help="TOML recipe file or a shipped recipe's name (demo, multi30k, "
+                   "wmt14-base, ...); omit it to resume the run in --out with its saved config")
     p.add_argument("--out", required=True, help="run directory; training resumes if it holds checkpoints")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the recipe")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (same as --set train.device=...)")
@@ -263,8 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("average", help="average the last N checkpoints of a run")
     p.add_argument("run")
-    p.add_argument("--last", type=int, default=5)
-    p.add_argument("--output", help="where to write (default RUN/averaged.safetensors)")
+    p.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (>= 1)")
+    p.add_argument("--output", help="a .safetensors file (default RUN/averaged.safetensors)")
     p.set_defaults(func=cmd_average)
 
     def decode_options(p):
@@ -274,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--batch-tokens", type=int, default=None, help="source tokens per batch")
         p.add_argument("--device", default="auto")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
+        p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
 
     p = sub.add_parser("translate", help="translate stdin (or --input) to stdout, one line per line")
     decode_options(p)
@@ -286,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     decode_options(p)
     p.add_argument("--src", required=True)
     p.add_argument("--ref", required=True)
-    p.add_argument("--output", help="also write the translations here")
+    p.add_argument("--output", help="also write the translations to this new file")
     p.add_argument("--lowercase", action="store_true")
     p.set_defaults(func=cmd_evaluate)
 
@@ -294,14 +371,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hyp", required=True)
     p.add_argument("--ref", required=True)
     p.add_argument("--lowercase", action="store_true")
-    p.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer (13a, intl, none, ...)")
+    p.add_argument("--tokenize", default="13a", choices=_sacrebleu_tokenizers(), help="sacreBLEU tokenizer")
+    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("attention", help="heatmaps of the attention weights for one sentence")
     p.add_argument("run", help="run directory, or a .safetensors weights file inside one")
     p.add_argument("--src", required=True, help="the source sentence")
     p.add_argument("--tgt", help="the target sentence (default: the model's own translation)")
-    p.add_argument("--out", required=True, help="folder for the pictures")
+    p.add_argument("--out", required=True, help="folder for the pictures (new, empty, or earlier pictures)")
     p.add_argument("--layer", type=int, action="append", help="layer (1-based from the start, negative from the "
                    "end; repeatable; default: the last)")
     p.add_argument("--head", type=int, action="append", help="0-based head index (repeatable; default: all)")
@@ -322,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("run")
     c.add_argument("--input")
     c.add_argument("--probabilities", action="store_true", help="append LABEL=P for every label")
+    c.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
     c.add_argument("--device", default="auto")
     c.set_defaults(func=cmd_classify_predict)
     c = csub.add_parser("evaluate", help="accuracy, per-class precision/recall/F1, confusion matrix")
@@ -332,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plot", help="training curves of one or more runs")
     p.add_argument("runs", nargs="+", help="run directories")
-    p.add_argument("--out", required=True, help="image file (.png or .svg)")
+    p.add_argument("--out", required=True, help="image file (.png, .svg or .pdf)")
     p.set_defaults(func=cmd_plot)
     return parser
 
@@ -345,7 +424,13 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as err:
         print(f"transduce {args.command}: error: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader of our output went away (`| head`): not an error
+        return 0
+    except OSError as err:  # full or read-only disk, permissions, a path that is not what it should be
+        print(f"transduce {args.command}: error: {_environment_error(err)}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"transduce {args.command}: error: out of memory (try smaller batches or inputs)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # training has saved a checkpoint by now (train.py)
         return 130
-    except BrokenPipeError:
-        return 0

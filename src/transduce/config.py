@@ -290,11 +290,32 @@ def parse_override(text: str) -> tuple[str, str, object]:
     return section, key, value
 
 
+def recipes_folder() -> Path:
+    """The recipes shipped inside the package (package data), so `transduce train multi30k` works anywhere."""
+    return Path(__file__).resolve().parent / "recipes"
+
+
+def shipped_recipes() -> list[str]:
+    return sorted(p.stem for p in recipes_folder().glob("*.toml"))
+
+
+def find_recipe(recipe: str | Path) -> Path:
+    """A recipe file as given, else a shipped recipe by name ("multi30k" or "multi30k.toml")."""
+    path = Path(recipe)
+    if path.exists() or len(path.parts) > 1:
+        return path
+    shipped = recipes_folder() / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
+    if shipped.is_file():
+        return shipped
+    raise ConfigError(f"{recipe}: no such recipe file, and not a shipped recipe ({', '.join(shipped_recipes())})")
+
+
 def load_config(recipe: str | Path | None = None, overrides: typing.Sequence[str] = (), cls=Config):
-    """Read a TOML recipe (or the defaults when None), then apply `section.key=value` overrides."""
+    """Read a TOML recipe (a path, or a shipped recipe's name; the defaults when None), then apply
+    `section.key=value` overrides."""
     raw: dict = {}
     if recipe is not None:
-        path = Path(recipe)
+        path = find_recipe(recipe)
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as err:

@@ -11,6 +11,7 @@ import gzip
 import hashlib
 import json
 import os
+import sys
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import atomic_directory
+from .outputs import atomic_folder
 from .config import DataConfig
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError
 
@@ -54,27 +55,37 @@ def find_side(prefix: str | Path, lang: str) -> Path:
                     + ("" if data_root() is None else f"; also looked under TRANSDUCE_DATA={data_root()}"))
 
 
-def read_lines(path: Path, *, errors: str = "strict") -> list[str]:
-    """All lines of a UTF-8 text file, plain or gzipped, without their line ends. Refuses an empty file."""
+def read_lines(path: Path, *, errors: str = "strict", allow_empty: bool = False) -> list[str]:
+    """All lines of a UTF-8 text file, plain or gzipped, without their line ends. Refuses an empty file unless
+    `allow_empty`. The path "-" reads standard input."""
     try:
-        if path.suffix == ".gz":
+        if str(path) == "-":
+            raw = sys.stdin.buffer.read()
+        elif path.suffix == ".gz":
             with gzip.open(path, "rb") as f:
                 raw = f.read()
         else:
             raw = path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a folder, not a text file") from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
         raise DataError(f"{path}: unreadable gzip data ({err or 'truncated'})") from None
     except OSError as err:
         raise DataError(f"{path}: cannot read ({err.strerror})") from None
-    if not raw.strip():
-        raise DataError(f"{path}: the file is empty")
+    name = "<stdin>" if str(path) == "-" else str(path)
+    if not raw.strip() and not allow_empty:
+        raise DataError(f"{name}: the file is empty")
+    return decode_lines(raw, name, errors=errors)
+
+
+def decode_lines(raw: bytes, name: str, *, errors: str = "strict") -> list[str]:
     try:
         text = raw.decode("utf-8", errors=errors)
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
-        raise DataError(f"{path}:{line}: invalid UTF-8 (byte 0x{raw[err.start]:02x}); "
+        raise DataError(f"{name}:{line}: invalid UTF-8 (byte 0x{raw[err.start]:02x}); "
                         "fix the file or pass --errors replace") from None
     lines = text.split("\n")  # not splitlines(): U+2028 and friends inside a sentence must not split it
     if lines and lines[-1] == "":
@@ -203,14 +214,6 @@ class Prepared:
         return src, tgt
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _split_prefixes(config: DataConfig) -> dict[str, str]:
     if not config.train:
         raise DataError("no training data: set data.train (a file prefix, e.g. multi30k/train)")
@@ -222,12 +225,36 @@ def _split_prefixes(config: DataConfig) -> dict[str, str]:
     return splits
 
 
-def _cache_key(config: DataConfig, files: dict[str, tuple[Path, Path]]) -> str:
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes (the cache key and the resume check use it)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _input_digests(files: dict[str, tuple[Path, Path]]) -> dict[str, str]:
+    return {str(path): file_digest(path) for pair in files.values() for path in pair}
+
+
+def _cache_key(config: DataConfig, files: dict[str, tuple[Path, Path]], digests: dict[str, str]) -> str:
     h = hashlib.sha256()
     h.update(json.dumps({"version": CACHE_VERSION, "options": asdict(config)}, sort_keys=True).encode())
     for split, (src, tgt) in sorted(files.items()):
-        h.update(f"{split}:{_file_digest(src)}:{_file_digest(tgt)}".encode())
+        h.update(f"{split}:{digests[str(src)]}:{digests[str(tgt)]}".encode())
     return h.hexdigest()[:16]
+
+
+def changed_inputs(summary: dict, digests: dict[str, str]) -> str:
+    """Why a cache no longer matches its inputs, naming the files whose contents changed (for the resume refusal)."""
+    old = summary.get("inputs", {})
+    changed = [path for path, digest in digests.items() if path in old and old[path] != digest]
+    if changed:
+        return f"{changed[0]}: its contents changed" + (f" (and {len(changed) - 1} more file(s))" if changed[1:]
+                                                         else "")
+    added = sorted(set(digests) - set(old))
+    return f"the input files differ ({', '.join(added)})" if added else "the data options changed"
 
 
 def _percentiles(lengths: np.ndarray) -> dict:
@@ -237,22 +264,34 @@ def _percentiles(lengths: np.ndarray) -> dict:
     return {"p50": int(p[0]), "p90": int(p[1]), "p99": int(p[2]), "max": int(lengths.max())}
 
 
-def prepare(config: DataConfig, out_dir: str | Path, *, max_tokens: int = 4096, log=print) -> Prepared:
-    """Train the joint SentencePiece model on the training sides, encode every split, cache it all in `out_dir`."""
+def prepare(config: DataConfig, out_dir: str | Path, *, max_tokens: int = 4096, log=print,
+            frozen: bool = False) -> Prepared:
+    """Train the joint SentencePiece model on the training sides, encode every split, cache it all in `out_dir`.
+
+    The cache is reused when the inputs' contents and the options are unchanged. `frozen` (a run being resumed):
+    a cache that no longer matches is refused, naming the file that changed, instead of being prepared again;
+    the run's model was trained on the old vocabulary and token ids.
+    """
     out_dir = Path(out_dir)
     prefixes = _split_prefixes(config)
     files = {split: (find_side(p, config.src), find_side(p, config.tgt)) for split, p in prefixes.items()}
-    key = _cache_key(config, files)
+    digests = _input_digests(files)
+    key = _cache_key(config, files, digests)
     summary_path = out_dir / "summary.json"
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
         if summary.get("cache_key") == key:
             log(f"data: reusing the cache in {out_dir} (key {key})")
             return load_prepared(out_dir)
+        if frozen:
+            raise DataError(f"{changed_inputs(summary, digests)} since this run prepared its data in {out_dir}; "
+                            "the model was trained on that data: restore it, or train into a new --out")
         log(f"data: inputs or options changed since {out_dir} was prepared; preparing again")
 
-    with atomic_directory(out_dir) as tmp:
+    with atomic_folder(out_dir, "data") as tmp:
         summary = _prepare_into(config, files, tmp, key, max_tokens)
+        summary["inputs"] = digests
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     log(format_summary(summary))
     return load_prepared(out_dir)
 
@@ -279,14 +318,14 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, key: str, max_toke
         dropped = {"empty": len(src_lines) - len(keep)}
         src_ids = tokenizer.encode([src_lines[i] for i in keep])
         tgt_ids = tokenizer.encode([tgt_lines[i] for i in keep])
-        if split == "train":  # too long or too unbalanced: dropped from training only (test sets stay whole)
+        if not is_test:  # too long (train, valid) or too unbalanced (train): dropped; test sets stay whole
             ok = []
             dropped["too_long"] = dropped["ratio"] = 0
             for j, (a, b) in enumerate(zip(src_ids, tgt_ids)):
                 la, lb = len(a), len(b)
                 if la > config.max_len or lb > config.max_len:
                     dropped["too_long"] += 1
-                elif max(la, lb) > config.max_ratio * max(1, min(la, lb)):
+                elif split == "train" and max(la, lb) > config.max_ratio * max(1, min(la, lb)):
                     dropped["ratio"] += 1
                 else:
                     ok.append(j)
@@ -312,7 +351,6 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, key: str, max_toke
         summary["splits"][split] = info
     if not len(TokenArrays.load(out / "train.src")):
         raise DataError(f"{files['train'][0]}: no usable training pairs (all empty, too long or unbalanced)")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 
 

@@ -9,27 +9,18 @@ the ordinary Translator, and reports exact match.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from pathlib import Path
 
-from .config import Config, apply_overrides
+from .config import Config, load_config
+from .outputs import claim_folder
 
 ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
 TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 SCALES = [(10 ** 9, "billion"), (10 ** 6, "million"), (1000, "thousand")]
-
-# The demo's recipe (recipes/demo.toml holds the same model and train settings; a test keeps them equal).
-DEMO_SETTINGS = {
-    "model": {"n_layers": 2, "d_model": 128, "d_ff": 256, "n_heads": 4, "dropout": 0.1, "max_len": 128},
-    "data": {"src": "words", "tgt": "digits", "vocab_size": 96, "split_digits": True},
-    "train": {"max_steps": 2000, "max_tokens": 2000, "warmup_steps": 400, "lr_scale": 0.5,
-              "label_smoothing": 0.1, "valid_every": 400, "valid_bleu": False, "save_every": 400,
-              "keep_last": 3, "log_every": 25, "seed": 1},
-    "decode": {"beam": 4, "max_len_b": 20},
-}
-
 
 def words(n: int) -> str:
     """Spell out 0 <= n < 10^12 in English words (short scale, no "and", no hyphens)."""
@@ -89,9 +80,9 @@ def generate(out_dir: str | Path, *, train: int = 100_000, valid: int = 300, tes
 
 
 def demo_config(data_dir: Path, overrides=()) -> Config:
-    settings = {k: dict(v) for k, v in DEMO_SETTINGS.items()}
-    settings["data"].update(train=str(data_dir / "train"), valid=str(data_dir / "valid"))
-    return apply_overrides(settings, overrides)
+    """The shipped `demo` recipe (package data), reading the data generated into `data_dir`."""
+    paths = [f"data.train={json.dumps(str(data_dir / 'train'))}", f"data.valid={json.dumps(str(data_dir / 'valid'))}"]
+    return load_config("demo", [*paths, *overrides])
 
 
 def run_demo(out_dir: str | Path = "runs/demo", *, overrides=(), samples: int = 5, quiet: bool = False) -> float:
@@ -99,7 +90,7 @@ def run_demo(out_dir: str | Path = "runs/demo", *, overrides=(), samples: int = 
     from .train import train
     from .translate import Translator
 
-    out_dir = Path(out_dir)
+    out_dir = claim_folder(out_dir, "run", task="translation")  # new, empty or an earlier demo: never a user's
     start = time.perf_counter()
     data_dir = generate(out_dir / "task")
     config = demo_config(data_dir, overrides)

@@ -7,11 +7,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .data import DataError
+from .outputs import OutputError, atomic_write, claim_folder
+
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+MAX_PIECES = 100  # a picture's side: beyond this a heatmap is unreadable and its figure grows without bound
+FORMATS = {".png": "Software", ".svg": "Creator", ".pdf": "Creator"}  # where each format keeps our mark
+MARK = "transduce plot"
 
 KINDS = {  # name -> (AttentionMaps field, query labels, key labels, title)
     "encoder": ("encoder", "source_pieces", "source_pieces", "encoder self-attention"),
@@ -31,8 +38,7 @@ def plot_attention(maps, out_dir: str | Path, *, layers=(-1,), heads=None, forma
 
     Returns {"encoder_L3": ([files], matrices drawn (heads, queries, keys)), ...}.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = claim_folder(out_dir, "pictures")  # new, empty, or pictures of ours: never a user's folder
     drawn = {}
     for kind, (field, q_attr, k_attr, title) in KINDS.items():
         weights = getattr(maps, field)  # (L, H, Q, K)
@@ -60,7 +66,7 @@ def plot_attention(maps, out_dir: str | Path, *, layers=(-1,), heads=None, forma
             name = f"{kind}_L{layer + 1}"
             files = [out_dir / f"{name}.{fmt}" for fmt in formats]
             for file in files:
-                fig.savefig(file, dpi=100)
+                save_figure(fig, file, dpi=100)
             plt.close(fig)
             drawn[name] = (files, np.stack(matrices))
     return drawn
@@ -79,15 +85,53 @@ def plot_token_attention(maps, query: int, out: str | Path, *, kind: str = "enco
     ax.set_yticks(range(rows.shape[0]), [f"head {h + 1}" for h in range(rows.shape[0])], fontsize=8)
     ax.set_title(f"{title}, layer {layer + 1}: attention of '{getattr(maps, q_attr)[query]}'", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    save_figure(fig, Path(out), dpi=100)
     plt.close(fig)
     return rows
 
 
 def read_metrics(run: str | Path) -> tuple[list[dict], list[dict]]:
-    lines = Path(run, "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
+    """The train and valid records of RUN/metrics.jsonl; a damaged line is a DataError naming file and line."""
+    path = Path(run, "metrics.jsonl")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: cannot read ({err})") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}:{number}: not a JSON line ({err.msg})") from None
+        needed = {"train": ("step", "loss", "lr", "elapsed"), "valid": ("step", "elapsed")}.get(
+            record.get("kind") if isinstance(record, dict) else None)
+        if needed is None or any(not isinstance(record.get(k), (int, float)) for k in needed):
+            raise DataError(f"{path}:{number}: not a training or validation record of transduce")
+        records.append(record)
     return [r for r in records if r["kind"] == "train"], [r for r in records if r["kind"] == "valid"]
+
+
+def check_picture_target(out: str | Path) -> Path:
+    """A picture file name we may write: a known format, and not a file of someone else's."""
+    out = Path(out)
+    if out.suffix.lower() not in FORMATS:
+        raise OutputError(f"{out}: the picture format comes from the name; use .png, .svg or .pdf")
+    if out.is_dir():
+        raise OutputError(f"{out}: is a folder; give a file name ending in .png, .svg or .pdf")
+    if out.exists():
+        with open(out, "rb") as f:
+            head = f.read(1 << 16)
+        if MARK.encode() not in head:
+            raise OutputError(f"{out}: exists and was not drawn by transduce plot; choose another name")
+    return out
+
+
+def save_figure(fig, out: Path, *, dpi: int) -> None:
+    """Atomically, with our mark in the file's metadata (so that we know it is ours to replace later)."""
+    fmt = out.suffix.lower()
+    atomic_write(out, lambda tmp: fig.savefig(tmp, format=fmt[1:], dpi=dpi, metadata={FORMATS[fmt]: MARK}))
 
 
 def plot_curves(runs: list[str | Path], out: str | Path) -> dict[str, dict[str, list]]:
@@ -128,6 +172,6 @@ def plot_curves(runs: list[str | Path], out: str | Path) -> dict[str, dict[str, 
             ax.text(0.5, 0.5, "not logged by these runs", ha="center", va="center", transform=ax.transAxes,
                     color="gray")
     fig.tight_layout()
-    fig.savefig(out, dpi=80)
+    save_figure(fig, check_picture_target(out), dpi=80)
     plt.close(fig)
     return plotted

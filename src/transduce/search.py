@@ -37,8 +37,8 @@ def length_penalty(length: Tensor | float, *, kind: str, alpha: float) -> Tensor
 @dataclass
 class Hypothesis:
     tokens: list[int]  # without BOS and EOS
-    score: float  # log P / lp (what the search ranks by)
-    log_prob: float
+    score: float  # log P(Y | X) / lp(Y), greedy and beam alike (what the beam search ranks by)
+    log_prob: float  # log P(Y | X)
 
 
 def _max_lengths(src: Tensor, *, a: float, b: int, model_max: int) -> Tensor:
@@ -47,8 +47,13 @@ def _max_lengths(src: Tensor, *, a: float, b: int, model_max: int) -> Tensor:
 
 
 @torch.inference_mode()
-def greedy_search(model, src: Tensor, *, max_len_a: float = 1.0, max_len_b: int = 50) -> list[list[Hypothesis]]:
-    """Argmax at every step until EOS (or the maximum length). Returns one hypothesis per sentence."""
+def greedy_search(model, src: Tensor, *, max_len_a: float = 1.0, max_len_b: int = 50, alpha: float = 0.6,
+                  length_penalty_kind: str = "gnmt", constraint=None) -> list[list[Hypothesis]]:
+    """Argmax at every step until EOS (or the maximum length). Returns one hypothesis per sentence.
+    `constraint` (optional, e.g. decoding.constraints.TreeConstraint) limits the tokens each row may emit.
+
+    Its score means what a beam hypothesis's score means: log P(Y | X) / lp(Y), |Y| counting EOS (the penalty
+    does not change which tokens greedy picks, only the reported score)."""
     batch = src.size(0)
     memory = model.encode(src)
     cache = model.start_decoding(memory, model.pad_mask(src))
@@ -56,12 +61,17 @@ def greedy_search(model, src: Tensor, *, max_len_a: float = 1.0, max_len_b: int 
     tokens = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=src.device)
     log_prob = torch.zeros(batch, device=src.device)
     done = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    cstate = constraint.start(max_len) if constraint is not None else None
     for t in range(int(max_len.max())):
         lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (B, V)
         lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
         lprobs = _force_eos(lprobs, max_len.eq(t + 1))  # the last allowed position must be EOS
+        if constraint is not None:
+            lprobs = lprobs.masked_fill(~constraint.allowed(cstate), float("-inf"))
         best, nxt = lprobs.max(dim=-1)  # (B,)
         nxt = nxt.masked_fill(done, PAD_ID)
+        if constraint is not None:
+            cstate = constraint.advance(cstate, nxt)
         log_prob += best.masked_fill(done, 0.0)
         tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)  # (B, t+2)
         done |= nxt.eq(EOS_ID)
@@ -70,14 +80,18 @@ def greedy_search(model, src: Tensor, *, max_len_a: float = 1.0, max_len_b: int 
     results = []
     for row, lp in zip(tokens[:, 1:].tolist(), log_prob.tolist()):
         out = row[: row.index(EOS_ID)] if EOS_ID in row else row
-        results.append([Hypothesis(out, lp, lp)])
+        n = len(out) + 1 if EOS_ID in row else len(out)  # output tokens including EOS, as in beam_search
+        results.append([Hypothesis(out, lp / float(length_penalty(float(n), kind=length_penalty_kind, alpha=alpha)),
+                                   lp)])
     return results
 
 
 @torch.inference_mode()
 def beam_search(model, src: Tensor, *, beam: int = 4, alpha: float = 0.6, length_penalty_kind: str = "gnmt",
-                max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1) -> list[list[Hypothesis]]:
-    """Batched beam search. Returns, per sentence, its `nbest` best finished hypotheses, best first."""
+                max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1, constraint=None) -> list[list[Hypothesis]]:
+    """Batched beam search. Returns, per sentence, its `nbest` best finished hypotheses, best first.
+    `constraint` (optional, e.g. decoding.constraints.TreeConstraint) limits the tokens each row may emit; its state
+    follows the cache through every reorder and select."""
     device, batch, k = src.device, src.size(0), beam
     memory = model.encode(src)
     cache = model.start_decoding(memory, model.pad_mask(src))
@@ -85,6 +99,8 @@ def beam_search(model, src: Tensor, *, beam: int = 4, alpha: float = 0.6, length
     lp = lambda n: length_penalty(n, kind=length_penalty_kind, alpha=alpha)  # noqa: E731
 
     cache.select(torch.arange(batch, device=device).repeat_interleave(k))  # (B*k) rows
+    if constraint is not None:
+        cstate = constraint.select(constraint.start(max_len), torch.arange(batch, device=device).repeat_interleave(k))
     sent = torch.arange(batch, device=device)  # original index of each sentence still decoding
     tokens = torch.full((batch * k, 1), BOS_ID, dtype=torch.long, device=device)  # (N, t+1)
     scores = torch.zeros(batch, k, device=device)  # (B, k) raw log-probabilities of alive beams
@@ -101,6 +117,8 @@ def beam_search(model, src: Tensor, *, beam: int = 4, alpha: float = 0.6, length
         vocab = lprobs.size(1)
         lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
         lprobs = _force_eos(lprobs, max_len[sent].eq(t + 1).repeat_interleave(k))  # last allowed position
+        if constraint is not None:
+            lprobs = lprobs.masked_fill(~constraint.allowed(cstate), float("-inf"))
         cand = (scores.view(-1, 1) + lprobs).view(b, k * vocab)  # (B, k*V)
         top_score, top_index = cand.topk(2 * k, dim=1)  # (B, 2k): at most k of them end in EOS
         origin = top_index // vocab  # (B, 2k) beam each candidate extends
@@ -127,6 +145,8 @@ def beam_search(model, src: Tensor, *, beam: int = 4, alpha: float = 0.6, length
         scores = alive_score
         tokens = torch.cat([tokens[alive_rows], token.gather(1, pick).view(-1, 1)], dim=1)  # (N, t+2)
         cache.reorder(alive_rows)
+        if constraint is not None:
+            cstate = constraint.advance(constraint.reorder(cstate, alive_rows), tokens[:, -1])
 
         # Stopping check (the step's one host sync): can any alive beam still beat the n-best finished?
         bound = scores.max(dim=1).values / lp(max_len[sent].float())  # (B,)
@@ -141,6 +161,8 @@ def beam_search(model, src: Tensor, *, beam: int = 4, alpha: float = 0.6, length
             sent, scores, tokens = sent[keep_sent], scores[keep_sent], tokens[keep_rows]
             fin_score, fin_raw, fin_tokens = fin_score[keep_sent], fin_raw[keep_sent], fin_tokens[keep_sent]
             cache.select(keep_rows)
+            if constraint is not None:
+                cstate = constraint.select(cstate, keep_rows)
     return finished
 
 

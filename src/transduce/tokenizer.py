@@ -29,9 +29,17 @@ class Tokenizer:
         if not path.is_file():
             raise TokenizerError(f"{path}: no tokenizer model here")
         self.path = path
-        self.sp = spm.SentencePieceProcessor(model_file=str(path))
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=str(path))
+        except (RuntimeError, OSError) as err:
+            raise TokenizerError(f"{path}: not a readable SentencePiece model ({str(err).strip()[:120]})") from None
         meta_path = path.with_suffix(".json")
-        self.meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+        try:
+            self.meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+        except (OSError, ValueError) as err:
+            raise TokenizerError(f"{meta_path}: cannot read the tokenizer's settings ({err})") from None
+        if not isinstance(self.meta, dict):
+            raise TokenizerError(f"{meta_path}: the tokenizer's settings are not a JSON object")
         self.lowercase = bool(self.meta.get("lowercase", False))
         ids = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
         if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
@@ -56,10 +64,12 @@ class Tokenizer:
         return self.sp.encode(self.normalize(text), out_type=str)
 
     def copy_to(self, path: Path) -> None:
-        shutil.copyfile(self.path, path)
+        from .outputs import atomic_write
+
+        atomic_write(path, lambda tmp: shutil.copyfile(self.path, tmp))
         meta = self.path.with_suffix(".json")
         if meta.is_file():
-            shutil.copyfile(meta, path.with_suffix(".json"))
+            atomic_write(path.with_suffix(".json"), lambda tmp: shutil.copyfile(meta, tmp))
 
     @classmethod
     def train(cls, texts: Iterable[str], path: str | Path, *, vocab_size: int, model_type: str = "bpe",

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from .batching import make_batches, update_groups
 from .checkpoint import (atomic_write_text, checkpoint_dirs, load_checkpoint, save_checkpoint, save_weights)
+from .outputs import OutputError, claim_folder, exclusive, read_manifest
 from .config import Config, ConfigError, read_config, save_config
 from .data import Batch, ParallelCorpus, Prepared, collate, prepare
 from .loss import label_smoothed_nll
@@ -122,19 +123,39 @@ def _same_run(saved: Config, new: Config) -> None:
                               "use a new --out to train a different model")
 
 
+@contextlib.contextmanager
+def open_run(run_dir: Path, ranks: Ranks, task: str):
+    """Rank 0 claims the run directory (new, empty, or a run of ours for the same task) and holds its lock for the
+    whole training, so that a second training into the same folder is refused instead of racing."""
+    if not ranks.main:
+        yield
+        return
+    claim_folder(run_dir, "run", task=task)
+    manifest = read_manifest(run_dir) or {}
+    if manifest.get("task", task) != task:
+        raise OutputError(f"{run_dir}: holds a {manifest['task']} run, not a {task} run; use another --out")
+    with exclusive(run_dir):
+        yield
+
+
 def prepare_run(config: Config, run_dir: Path, ranks: Ranks, log) -> tuple[Config, Prepared]:
-    """Write or check config.json, prepare the data (rank 0 first), copy the tokenizer; returns the resolved config."""
+    """Write or check config.json, prepare the data (rank 0 first), copy the tokenizer; returns the resolved config.
+
+    Once a run has its tokenizer, its data is frozen: inputs whose contents changed are refused (data.prepare).
+    """
     config_path = run_dir / "config.json"
     saved = read_config(config_path) if config_path.is_file() else None
     if saved is not None:
         _same_run(saved, config)
+    frozen = (run_dir / "tokenizer.model").is_file()
     data = None
     if ranks.main:
-        data = prepare(config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=log)
+        data = prepare(config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=log, frozen=frozen)
     if ranks.world_size > 1:
         dist.barrier()
     if data is None:
-        data = prepare(config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=lambda _: None)
+        data = prepare(config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=lambda _: None,
+                       frozen=True)
     vocab = data.tokenizer.vocab_size
     if config.model.vocab_size and config.model.vocab_size != vocab:
         raise ConfigError(f"model.vocab_size is {config.model.vocab_size} but the tokenizer in {run_dir / 'data'} "
@@ -219,18 +240,43 @@ class TranslationTask:
     def validate(self, model, device: torch.device) -> dict:
         return validate(model, self.data, self.config, device)
 
+    def check(self) -> None:
+        """Every training and validation pair must fit the model's positions (+1 for EOS on the source side and
+        BOS on the decoder input)."""
+        limit = self.config.model.max_len
+        for name in ("train", "valid"):
+            corpus = self.data.splits.get(name)
+            if corpus is None or not len(corpus):
+                continue
+            longest = int(max(corpus.src_lengths.max(), corpus.tgt_lengths.max()))
+            if longest > limit:
+                raise ConfigError(f"the prepared {name} split has a sentence of {longest - 1} tokens, but "
+                                  f"model.max_len is {limit} positions (tokens + 1); set data.max_len to at most "
+                                  f"{limit - 1} or raise model.max_len")
+
 
 def train(config: Config, run_dir: str | Path, *, quiet: bool = False) -> dict:
     """Train (or resume) a translation model in `run_dir`. Returns final step, best validation, stop reason."""
     run_dir = Path(run_dir)
     ranks, device = setup_distributed(config.train.device)
-    if ranks.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    runlog = RunLog(run_dir, ranks.main, quiet)
-    config, data = prepare_run(config, run_dir, ranks, runlog.text)
-    result = run_training(TranslationTask(config, data), config.train, run_dir, ranks=ranks, device=device,
-                          runlog=runlog, quiet=quiet)
+    with open_run(run_dir, ranks, "translation"):
+        runlog = RunLog(run_dir, ranks.main, quiet)
+        config, data = prepare_run(config, run_dir, ranks, runlog.text)
+        result = run_training(TranslationTask(config, data), config.train, run_dir, ranks=ranks, device=device,
+                              runlog=runlog, quiet=quiet)
     return {**result, "config": config}
+
+
+def check_setup(task, tc) -> None:
+    """Everything that can be known before step 1 is checked before step 1 (not at the first validation)."""
+    if tc.early_stop_metric not in task.metrics:
+        raise ConfigError(f"train.early_stop_metric {tc.early_stop_metric!r} does not apply to this task "
+                          f"(choose from {', '.join(task.metrics)})")
+    if tc.early_stop_metric == "bleu" and not getattr(tc, "valid_bleu", True):
+        raise ConfigError("train.early_stop_metric is 'bleu' but train.valid_bleu is false")
+    if tc.patience > 0 and not task.has_validation:
+        raise ConfigError(f"train.patience is {tc.patience} but there is no validation data (set data.valid)")
+    task.check()
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3) parameters, from <malloc.h>
@@ -253,6 +299,11 @@ def keep_freed_memory() -> bool:
     return bool(libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
 
 
+def rank_seed(seed: int, rank: int, step: int) -> int:
+    """A seed of its own for each DDP rank (rank 0 keeps train.seed), so ranks do not draw identical dropout."""
+    return seed + 1_000_003 * rank + step
+
+
 def run_training(task, tc, run_dir: Path, *, ranks: Ranks, device: torch.device, runlog: RunLog,
                  quiet: bool = False) -> dict:
     """The loop, for any task with build_model / batches / collate / loss / validate (see TranslationTask)."""
@@ -260,15 +311,21 @@ def run_training(task, tc, run_dir: Path, *, ranks: Ranks, device: torch.device,
         torch.set_num_threads(tc.num_threads)
     if device.type == "cpu":
         keep_freed_memory()
+    check_setup(task, tc)
     torch.manual_seed(tc.seed)
-    model = task.build_model().to(device)
+    model = task.build_model().to(device)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+    if ranks.rank:
+        torch.manual_seed(rank_seed(tc.seed, ranks.rank, 0))  # each rank its own dropout masks
     optimizer = build_optimizer(model, tc)
     state = {"epoch": 0, "update_in_epoch": 0, "best": None, "bad_validations": 0, "elapsed": 0.0,
              "oom_skips": 0, "target_tokens": 0}
     step = 0
     checkpoints = checkpoint_dirs(run_dir)
     if checkpoints:
-        trainer = load_checkpoint(checkpoints[-1], model, optimizer)
+        trainer = load_checkpoint(checkpoints[-1], model, optimizer, rank=ranks.rank)
+        if ranks.rank and not trainer.pop("rng_restored", False):  # saved without this rank's state
+            torch.manual_seed(rank_seed(tc.seed, ranks.rank, trainer["step"]))
+        trainer.pop("rng_restored", None)
         step = trainer.pop("step")
         trainer.pop("optimizer", None)
         state.update(trainer)
@@ -296,15 +353,16 @@ def run_training(task, tc, run_dir: Path, *, ranks: Ranks, device: torch.device,
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" \
         else contextlib.nullcontext
 
-    def save(reason: str) -> None:
+    def save(reason: str, collective: bool = True) -> None:
         bad = _first_bad(recent_losses)
         if bad is not None:
             raise TrainingError(f"loss became {bad[1]} at step {bad[0]}; stopped without saving. "
                                 f"The last good checkpoint is {_last_checkpoint(run_dir)}")
+        rank_rng = _gather_rng(ranks, device) if collective and ranks.world_size > 1 else {}
         if ranks.main:
             state["elapsed"] = elapsed()
             path = save_checkpoint(run_dir, step=step, model=model, optimizer=optimizer, trainer=dict(state),
-                                   keep_last=tc.keep_last)
+                                   keep_last=tc.keep_last, extra_tensors=rank_rng)
             runlog.text(f"step {step}: saved {path} ({reason})")
 
     start_time, start_elapsed = time.perf_counter(), state["elapsed"]
@@ -349,7 +407,7 @@ def run_training(task, tc, run_dir: Path, *, ranks: Ranks, device: torch.device,
                     if consecutive_oom >= 3:
                         raise TrainingError("out of GPU memory on 3 updates in a row; lower train.max_tokens")
                     continue
-                lr = learning_rate(step + 1, tc, getattr(model.config, "d_model", 512))
+                lr = learning_rate(step + 1, tc, model.config.d_model)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 if tc.clip_norm > 0:
@@ -415,7 +473,7 @@ def run_training(task, tc, run_dir: Path, *, ranks: Ranks, device: torch.device,
     except KeyboardInterrupt:
         optimizer.zero_grad(set_to_none=True)
         bar.close()
-        save("interrupted")
+        save("interrupted", collective=False)  # other ranks may be gone: no collective call here
         runlog.text(f"interrupted at step {step}; run the same command again to resume")
         raise
     finally:
@@ -425,6 +483,15 @@ def run_training(task, tc, run_dir: Path, *, ranks: Ranks, device: torch.device,
     if ranks.world_size > 1:
         dist.barrier()
     return {"step": step, "stopped": stopped, "best": state["best"]}
+
+
+def _gather_rng(ranks: Ranks, device: torch.device) -> dict[str, torch.Tensor]:
+    """Every rank's CPU generator state, gathered to all ranks (rank 0 saves them: exact resume of each rank)."""
+    state = torch.get_rng_state()
+    moved = state.to(device)
+    gathered = [torch.empty_like(moved) for _ in range(ranks.world_size)]
+    dist.all_gather(gathered, moved)
+    return {f"rng.torch.rank{r}": t.cpu() for r, t in enumerate(gathered) if r}
 
 
 def _accumulate(task, net, micro: list, n_tokens_all: float, world_size: int, device,
@@ -450,9 +517,6 @@ def _accumulate(task, net, micro: list, n_tokens_all: float, world_size: int, de
 
 def _validate_and_track(task, model, device, step, state, runlog, ranks, run_dir, tc, elapsed) -> str:
     """Validate (rank 0), keep the best weights, count validations without improvement; returns the stop reason."""
-    if tc.early_stop_metric not in task.metrics:
-        raise ConfigError(f"train.early_stop_metric {tc.early_stop_metric!r} does not apply here "
-                          f"(choose from {', '.join(task.metrics)})")
     metric_name, higher_is_better = task.metrics[tc.early_stop_metric]
     verdict = torch.zeros(1)
     if ranks.main:

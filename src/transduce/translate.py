@@ -17,9 +17,24 @@ from .tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 
 def pick_device(name: str = "auto") -> torch.device:
+    """"auto" (CUDA when present, else CPU), "cpu", "cuda", "cuda:N"; anything else, or a GPU that is not there,
+    is a ConfigError (one line), not a traceback at the first tensor moved."""
+    from .config import ConfigError
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"unknown device {name!r} (use auto, cpu, cuda or cuda:N)") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {name!r}: no CUDA GPU is available on this machine (use --device cpu)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"device {name!r}: this machine has {torch.cuda.device_count()} GPU(s)")
+    elif device.type != "cpu":
+        raise ConfigError(f"device {name!r} is not supported (use auto, cpu, cuda or cuda:N)")
+    return device
 
 
 @dataclass
@@ -99,6 +114,10 @@ class Translator:
         alpha = d.alpha if alpha is None else alpha
         penalty = d.length_penalty if length_penalty is None else length_penalty
         batch_tokens = d.batch_tokens if batch_tokens is None else batch_tokens
+        if not 1 <= nbest <= beam:
+            from .config import ConfigError
+
+            raise ConfigError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
         results: list[list[Translation]] = [[] for _ in sentences]
         todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
         sources = self.encode_sources([sentences[i] for i in todo])
@@ -114,7 +133,8 @@ class Translator:
                     src[row, : len(sources[i])] = torch.tensor(sources[i])
                 src = src.to(self.device)
                 if beam == 1 and nbest == 1:
-                    hyps = greedy_search(self.model, src, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
+                    hyps = greedy_search(self.model, src, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
+                                         alpha=alpha, length_penalty_kind=penalty)
                 else:
                     hyps = beam_search(self.model, src, beam=beam, alpha=alpha, length_penalty_kind=penalty,
                                        max_len_a=d.max_len_a, max_len_b=d.max_len_b, nbest=nbest)

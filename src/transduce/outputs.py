@@ -1,0 +1,180 @@
+"""Where transduce writes, and the one rule it keeps there: nothing a user already has is deleted or overwritten.
+
+Every folder transduce creates (a run, a prepared-data cache, a checkpoint, a folder of pictures, an export) holds a
+manifest, `transduce-manifest.json`, naming what kind of output it is. A destination that exists is only ever
+replaced or written into when it is provably ours (its manifest says so) or an empty folder; anything else is
+refused with a one-line `OutputError`. Replacing our own output stays atomic: the new content is written beside the
+target under a temporary name, the old one is renamed aside, the new one renamed in, and only then is the old one
+(ours) removed. Files get the permissions the user's umask gives (temporary files are created 0600/0700).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+MANIFEST = "transduce-manifest.json"
+
+
+class OutputError(ValueError):
+    """A destination transduce refuses to write (not its own output, not a folder, locked by another process)."""
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _umask()  # read once, at import (os.umask can only be read by setting it)
+
+
+def apply_umask(path: str | Path, *, directory: bool = False) -> None:
+    """Give a file made by mkstemp/mkdtemp (0600/0700) the mode an ordinary open()/mkdir() would have."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~UMASK)
+
+
+def read_manifest(folder: str | Path) -> dict | None:
+    """The manifest of one of our output folders, or None when `folder` has none (or it is not ours)."""
+    try:
+        data = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "kind" in data else None
+
+
+def write_manifest(folder: str | Path, kind: str, **extra) -> None:
+    atomic_write_text(Path(folder) / MANIFEST, json.dumps({"kind": kind, **extra}, indent=2) + "\n")
+
+
+def _check_folder(path: Path, kind: str) -> bool:
+    """True when `path` is already our output of this kind; False when it does not exist or is an empty folder."""
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{path}: exists and is not a folder")
+    if not path.is_dir():
+        return False
+    manifest = read_manifest(path)
+    if manifest is None:
+        if any(path.iterdir()):
+            raise OutputError(f"{path}: the folder exists and was not made by transduce (no {MANIFEST}); "
+                              "nothing in it is touched: choose a new or empty folder")
+        return False
+    if manifest["kind"] != kind:
+        raise OutputError(f"{path}: holds transduce output of another kind ({manifest['kind']}, not {kind}); "
+                          "choose another folder")
+    return True
+
+
+def claim_folder(path: str | Path, kind: str, **extra) -> Path:
+    """Make `path` an output folder of `kind`: create it, adopt it when empty, accept it when it is already ours."""
+    path = Path(path)
+    if not _check_folder(path, kind):
+        path.mkdir(parents=True, exist_ok=True)
+        write_manifest(path, kind, **extra)
+    return path
+
+
+def check_replaceable(path: str | Path, kind: str) -> None:
+    """Refuse (OutputError) unless `path` is absent, an empty folder, or our own output folder of `kind`."""
+    _check_folder(Path(path), kind)
+
+
+@contextlib.contextmanager
+def atomic_folder(final: str | Path, kind: str, **extra) -> Iterator[Path]:
+    """Yield a temporary folder beside `final`; on success it replaces `final` (ours or empty), else it is removed.
+
+    The destination is checked before the work starts and again before the rename.
+    """
+    final = Path(final)
+    check_replaceable(final, kind)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    try:
+        apply_umask(tmp, directory=True)
+        yield tmp
+        write_manifest(tmp, kind, **extra)
+        for path in tmp.rglob("*"):  # some writers (safetensors) create files 0600 whatever the umask
+            apply_umask(path, directory=path.is_dir())
+        _replace_folder(tmp, final, kind)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _replace_folder(new: Path, final: Path, kind: str) -> None:
+    if not _check_folder(final, kind):  # absent or an empty folder
+        if final.is_dir():
+            final.rmdir()
+        os.replace(new, final)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".old-{final.name}-", dir=final.parent))
+    os.replace(final, aside / final.name)  # our old output, moved aside (same filesystem: a rename)
+    os.replace(new, final)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def remove_own_folder(path: Path, kind: str) -> bool:
+    """Delete `path` only when its manifest says it is our output of `kind` (old checkpoints). Returns whether."""
+    manifest = read_manifest(path)
+    if manifest is None or manifest["kind"] != kind:
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def atomic_write(path: str | Path, write) -> None:
+    """Call write(tmp) for a temporary file beside `path`, then rename it into place (umask permissions)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        apply_umask(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def refuse_existing_file(path: str | Path, what: str = "output file") -> None:
+    """For outputs whose format cannot carry a mark of ours (plain text): an existing file is never replaced."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{path}: is a folder; give a file name for the {what}")
+    if path.exists():
+        raise OutputError(f"{path}: already exists; transduce does not overwrite files it did not make "
+                          f"(choose another name for the {what})")
+
+
+# Run-directory lock ---------------------------------------------------------------------------------------------------
+LOCK = ".transduce.lock"
+
+
+@contextlib.contextmanager
+def exclusive(folder: str | Path, what: str = "training") -> Iterator[None]:
+    """Hold an exclusive lock on `folder` (flock on FOLDER/.transduce.lock); a second writer is refused at once."""
+    path = Path(folder) / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~UMASK)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            raise OutputError(f"{folder}: another process ({holder}) is {what} in this run directory; wait for "
+                              "it to finish or use another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

@@ -1,0 +1,366 @@
+"""Careless and hostile input, command by command (issue 12): every user mistake or environment problem is one line on
+stderr with a non-zero exit and no traceback, and nothing the user already has is ever deleted or overwritten.
+
+Commands run in-process (`transduce.cli.main`) so that the table stays fast; a few run as real processes too.
+Training cases may print progress lines before their error: there the error must be the one and last line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import tiny_recipe  # noqa: E402
+from test_classify import toy_rows, write_tsv  # noqa: E402
+from test_data import write_corpus  # noqa: E402
+
+from transduce.cli import main  # noqa: E402
+
+SENTINEL = "KEEP-ME.txt"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def transduce(capsys, *args) -> Result:
+    capsys.readouterr()
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exit_:  # argparse
+        code = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return Result(code, captured.out, captured.err)
+
+
+def assert_one_line_error(result: Result, *needles: str, code: int = 1) -> None:
+    assert result.code == code, (result.code, result.err[-2000:])
+    assert "Traceback" not in result.err
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    errors = [line for line in lines if "error:" in line]
+    assert len(errors) == 1 and lines[-1] == errors[0], result.err[-2000:]
+    for needle in needles:
+        assert needle in errors[0], (needle, errors[0])
+
+
+def put_sentinel(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / SENTINEL
+    path.write_text(f"the user's own file in {folder.name}\n")
+    return path
+
+
+def assert_kept(*sentinels: Path) -> None:
+    for path in sentinels:
+        assert path.is_file(), f"{path} was deleted"
+        assert path.read_text() == f"the user's own file in {path.parent.name}\n", f"{path} was overwritten"
+
+
+# Fixtures -------------------------------------------------------------------------------------------------------------
+@pytest.fixture
+def env(tmp_path, trained_run, monkeypatch):
+    """A copy of the trained tiny run (tests may damage it), its corpus, a recipe, a classifier corpus."""
+    run, corpus = trained_run
+    shutil.copytree(run, tmp_path / "run", ignore=shutil.ignore_patterns(".transduce.lock"))
+    recipe = tiny_recipe(tmp_path / "recipe.toml", corpus, steps=4, save_every=2)
+    cls_train = write_tsv(tmp_path / "cls.tsv", toy_rows(120, 0))
+    cls_recipe = tmp_path / "cls.toml"
+    cls_recipe.write_text(f'[data]\ntrain = "{cls_train}"\nvocab_size = 60\nmax_len = 32\n'
+                          '[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 4\nmax_len = 32\n'
+                          '[train]\nmax_steps = 2\nmax_tokens = 512\nnum_threads = 1\n')
+    (tmp_path / "text.en").write_text("the dog sees a cat\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return SimpleNamespace(tmp=tmp_path, run=tmp_path / "run", corpus=corpus, recipe=recipe, work=work,
+                           cls_recipe=cls_recipe, cls_train=cls_train)
+
+
+# The table -----------------------------------------------------------------------------------------------------------
+@dataclass
+class Case:
+    argv: list[str]
+    needles: tuple[str, ...] = ()
+    code: int = 1
+    setup: object = None  # setup(env) before the command
+    keep: tuple[str, ...] = ()  # files ({tmp}-relative templates) whose contents must not change
+    sentinels: tuple[str, ...] = ()  # folders that get a sentinel file before the command
+    marks: list = field(default_factory=list)
+
+
+def _write(path: str, data: bytes):
+    return lambda e: (Path(path.format(**vars(e))).parent.mkdir(parents=True, exist_ok=True),
+                      Path(path.format(**vars(e))).write_bytes(data))
+
+
+def _bad_metrics(e):
+    with open(e.run / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "step": 3\n')
+
+
+def _null_label(e):
+    (e.tmp / "null.jsonl").write_text('{"text": "a fine film", "label": "pos"}\n{"text": "dull", "label": null}\n')
+
+
+def _copy_corpus_here(e):
+    for name in ("train.en", "train.xx"):
+        shutil.copy(e.corpus / name, e.work / name)
+
+
+PREPARE = ["prepare", "--train", "{corpus}/train", "--src", "en", "--tgt", "xx", "--vocab-size", "60"]
+ONE = ["--src", "the dog sees a cat"]
+CASES = {
+    # 1. data loss: a destination that exists and is not our own output is refused, whatever is in it
+    "prepare into a user's folder": Case([*PREPARE, "--out", "{tmp}/mine"], ("not made by transduce",),
+                                         sentinels=("{tmp}/mine",)),
+    "prepare into the current directory": Case([*PREPARE[:2], "train", *PREPARE[3:], "--out", "."],
+                                               ("not made by transduce",), setup=_copy_corpus_here,
+                                               sentinels=("{work}",), keep=("{work}/train.en",)),
+    "train into a folder holding the user's data/": Case(["train", "{recipe}", "--out", "."],
+                                                         ("not made by transduce",), sentinels=("{work}/data",)),
+    "train --out a regular file": Case(["train", "{recipe}", "--out", "{tmp}/text.en"], ("not a folder",),
+                                       keep=("{tmp}/text.en",)),
+    "classify train into a user's folder": Case(["classify", "train", "{cls_recipe}", "--out", "{tmp}/mine"],
+                                                ("not made by transduce",), sentinels=("{tmp}/mine",)),
+    "demo into a user's folder": Case(["demo", "--out", "{tmp}/mine", "--set", "train.max_steps=2"],
+                                      ("not made by transduce",), sentinels=("{tmp}/mine",)),
+    "attention into a user's folder": Case(["attention", "{run}", *ONE, "--out", "{tmp}/mine"],
+                                           ("not made by transduce",), sentinels=("{tmp}/mine",)),
+    "evaluate --output over an existing file": Case(
+        ["evaluate", "{run}", "--src", "{corpus}/test.en", "--ref", "{corpus}/test.xx", "--output",
+         "{corpus}/test.xx"], ("already exists",), keep=("{corpus}/test.xx",)),
+    "average over a file that is not ours": Case(["average", "{run}", "--last", "2", "--output", "{tmp}/x.safetensors"],
+                                                 ("not a weights file written by transduce",),
+                                                 setup=_write("{tmp}/x.safetensors", b"user bytes"),
+                                                 keep=("{tmp}/x.safetensors",)),
+    # 3. unbounded memory
+    "attention on a 3,000-character sentence": Case(["attention", "{run}", "--src", "dog " * 750, "--out",
+                                                     "{tmp}/pics"], ("limited to 100 pieces",)),
+    # 4. average
+    "average --last 0": Case(["average", "{run}", "--last", "0"], ("at least 1",)),
+    "average --last -3": Case(["average", "{run}", "--last", "-3"], ("at least 1",), keep=("{run}/config.json",)),
+    "average --output beside config.json": Case(["average", "{run}", "--output", "{run}/config.safetensors"],
+                                                ("side file",), keep=("{run}/config.json",)),
+    "average --output with a JSON name": Case(["average", "{run}", "--output", "{tmp}/avg.json"],
+                                              ("ending in .safetensors",)),
+    # 5. decoding options
+    "translate --nbest 5 --beam 4": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--beam", "4",
+                                          "--nbest", "5"], ("larger than --beam",)),
+    "translate --nbest 5 (beam from the run)": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--nbest",
+                                                     "5"], ("beam size",)),
+    "translate --nbest 0": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--nbest", "0"], ("--nbest",)),
+    "translate --beam 0": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--beam", "0"], ("--beam",)),
+    "translate --beam -1": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--beam", "-1"], ("--beam",)),
+    "translate --beam 100000": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--beam", "100000"],
+                                    ("--beam",)),
+    "attention --layer 0": Case(["attention", "{run}", *ONE, "--out", "{tmp}/p", "--layer", "0"], ("layers 1 to",)),
+    "attention --layer 99": Case(["attention", "{run}", *ONE, "--out", "{tmp}/p", "--layer", "99"], ("layers 1 to",)),
+    "attention --head 99": Case(["attention", "{run}", *ONE, "--out", "{tmp}/p", "--head", "99"], ("heads 0 to",)),
+    # 6. late crashes, now found before step 1
+    "model.max_len below the data's lengths": Case(["train", "{recipe}", "--out", "{tmp}/r", "--set",
+                                                    "model.max_len=6"], ("model.max_len is 6",)),
+    "an early-stopping metric the task lacks": Case(["train", "{recipe}", "--out", "{tmp}/r", "--set",
+                                                     "train.early_stop_metric=accuracy"], ("does not apply",)),
+    "patience without validation data": Case(["train", "{recipe}", "--out", "{tmp}/r", "--set", "data.valid=''",
+                                              "--set", "train.patience=2"], ("no validation data",)),
+    # 7. environment and damaged files
+    "an unknown device": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--device", "tpu"],
+                              ("unknown device",)),
+    "--device cuda without a GPU": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--device", "cuda"],
+                                        ("no CUDA GPU",), marks=[pytest.mark.skipif(torch.cuda.is_available(),
+                                                                                   reason="this machine has a GPU")]),
+    "a corrupt tokenizer": Case(["translate", "{run}", "--input", "{tmp}/text.en"], ("SentencePiece",),
+                                setup=_write("{run}/tokenizer.model", b"\x00garbage")),
+    "corrupt weights": Case(["translate", "{run}", "--input", "{tmp}/text.en"], ("cannot read weights",),
+                            setup=_write("{run}/best.safetensors", b"\x00garbage")),
+    "score --tokenize bogus": Case(["score", "--hyp", "{tmp}/text.en", "--ref", "{tmp}/text.en", "--tokenize",
+                                    "bogus"], ("invalid choice",), code=2),
+    "a damaged metrics.jsonl": Case(["plot", "{run}", "--out", "{tmp}/c.png"], ("metrics.jsonl:",),
+                                    setup=_bad_metrics),
+    "plot --out x.txt": Case(["plot", "{run}", "--out", "{tmp}/x.txt"], (".png, .svg or .pdf",)),
+    "plot over a user's picture": Case(["plot", "{run}", "--out", "{tmp}/mine.png"], ("not drawn by transduce",),
+                                       setup=_write("{tmp}/mine.png", b"\x89PNG user picture"),
+                                       keep=("{tmp}/mine.png",)),
+    "classify train with a missing file": Case(["classify", "train", "{cls_recipe}", "--out", "{tmp}/c", "--set",
+                                                "data.train='{tmp}/nope.tsv'"], ("no such file",)),
+    "classify train with a null label": Case(["classify", "train", "{cls_recipe}", "--out", "{tmp}/c", "--set",
+                                              "data.train='{tmp}/null.jsonl'"], ("null.jsonl:2", "label"),
+                                             setup=_null_label),
+    "translate a missing input file": Case(["translate", "{run}", "--input", "{tmp}/nope.en"], ("no such file",)),
+    "an unknown shipped recipe": Case(["train", "nonsense", "--out", "{tmp}/r"], ("multi30k",)),
+    "resume without a recipe where there is no run": Case(["train", "--out", "{tmp}/empty"], ("no run to resume",)),
+    "invalid UTF-8 in score": Case(["score", "--hyp", "{tmp}/bad.txt", "--ref", "{tmp}/text.en"],
+                                   ("bad.txt:1", "--errors replace"), setup=_write("{tmp}/bad.txt", b"\xff\xfe\n")),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=c.marks) for n, c in CASES.items()])
+def test_bad_input_is_one_line_and_destroys_nothing(name, env, capsys):
+    case = CASES[name]
+    if case.setup:
+        case.setup(env)
+    fmt = lambda s: s.format(**vars(env))  # noqa: E731
+    sentinels = [put_sentinel(Path(fmt(folder))) for folder in case.sentinels]
+    before = {p: Path(fmt(p)).read_bytes() for p in case.keep}
+    result = transduce(capsys, *map(fmt, case.argv))
+    assert_one_line_error(result, *case.needles, code=case.code)
+    assert_kept(*sentinels)
+    for p, data in before.items():
+        assert Path(fmt(p)).read_bytes() == data, f"{fmt(p)} was changed"
+
+
+# Cases that need more than one command ------------------------------------------------------------------------------
+def test_resume_refuses_a_training_file_whose_contents_changed(env, capsys, tmp_path):
+    corpus = tmp_path / "c2"
+    shutil.copytree(env.corpus, corpus)
+    recipe = tiny_recipe(tmp_path / "r2.toml", corpus, steps=2, save_every=2)
+    assert transduce(capsys, "train", recipe, "--out", tmp_path / "r").code == 0
+    with open(corpus / "train.xx", "a") as f:
+        f.write("ONE MORE LINE\n")
+    with open(corpus / "train.en", "a") as f:
+        f.write("one more line\n")
+    tokenizer = (tmp_path / "r" / "tokenizer.model").read_bytes()
+    result = transduce(capsys, "train", recipe, "--out", tmp_path / "r", "--set", "train.max_steps=4")
+    assert_one_line_error(result, f"{corpus / 'train.en'}: its contents changed")
+    assert (tmp_path / "r" / "tokenizer.model").read_bytes() == tokenizer
+    assert (tmp_path / "r" / "data" / "summary.json").is_file()  # the cache is kept, not re-prepared
+
+
+def test_a_second_training_into_a_locked_run_is_refused(env, capsys):
+    from transduce.outputs import exclusive
+
+    with exclusive(env.run):  # as another process training there would hold it
+        result = transduce(capsys, "train", "--out", env.run, "--set", "train.max_steps=300")
+    assert_one_line_error(result, "another process")
+    assert transduce(capsys, "train", "--out", env.run).code == 0  # free again: resuming a finished run is a no-op
+
+
+@pytest.mark.parametrize("errno, needle", [(28, "the disk is full"), (30, "read-only file system")])
+def test_a_full_or_read_only_disk_is_one_line(env, capsys, monkeypatch, errno, needle):
+    import transduce.outputs as outputs
+
+    def refuse(*args, dir=None, **kwargs):
+        raise OSError(errno, os.strerror(errno), str(dir))
+
+    monkeypatch.setattr(outputs.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(outputs.tempfile, "mkdtemp", refuse)
+    before = sorted(p.name for p in env.run.iterdir())
+    assert_one_line_error(transduce(capsys, "average", env.run, "--last", "2"), needle)
+    assert_one_line_error(transduce(capsys, *[a.format(**vars(env)) for a in PREPARE], "--out", env.tmp / "d"),
+                          needle)
+    assert sorted(p.name for p in env.run.iterdir()) == before
+
+
+def test_our_own_outputs_are_replaced_and_nothing_beside_them_is_touched(env, capsys):
+    argv = [a.format(**vars(env)) for a in PREPARE]
+    beside = put_sentinel(env.tmp / "outer")
+    out = env.tmp / "outer" / "prepared"
+    assert transduce(capsys, *argv, "--out", out).code == 0
+    assert json.loads((out / "transduce-manifest.json").read_text())["kind"] == "data"
+    assert transduce(capsys, *argv[:-1], "70", "--out", out).code == 0  # other options: prepared again, in place
+    assert json.loads((out / "summary.json").read_text())["vocab_size"] == 70
+    assert sorted(p.name for p in out.parent.iterdir()) == [SENTINEL, "prepared"]  # no temporary left behind
+    assert_kept(beside)
+    first = transduce(capsys, "average", env.run, "--last", "2")
+    assert first.code == 0 and transduce(capsys, "average", env.run, "--last", "3").code == 0
+    assert json.loads((env.run / "averaged.json").read_text())["averaged"][0] == \
+        sorted(p.name for p in (env.run / "checkpoints").iterdir())[-3]
+
+
+def test_relative_paths_are_found_under_transduce_data(env, capsys, monkeypatch):
+    monkeypatch.setenv("TRANSDUCE_DATA", str(env.corpus.parent))
+    rel = env.corpus.name
+    result = transduce(capsys, "evaluate", env.run, "--src", f"{rel}/test.en", "--ref", f"{rel}/test.xx",
+                       "--beam", "1", "--quiet")
+    assert result.code == 0 and "BLEU" in result.out
+    assert transduce(capsys, "score", "--hyp", f"{rel}/test.xx", "--ref", f"{rel}/test.xx").code == 0
+
+
+def test_errors_replace_reads_invalid_utf8(env, capsys):
+    (env.tmp / "bad.txt").write_bytes(b"the dog \xff sees\n")
+    (env.tmp / "ref.txt").write_text("the dog sees\n")
+    result = transduce(capsys, "score", "--hyp", env.tmp / "bad.txt", "--ref", env.tmp / "ref.txt",
+                       "--errors", "replace")
+    assert result.code == 0 and "BLEU" in result.out
+
+
+def test_shipped_recipes_load_by_name_from_any_directory(env):
+    from transduce.config import load_config, shipped_recipes
+
+    assert {"demo", "multi30k", "wmt14-base", "wmt14-big", "imdb"} <= set(shipped_recipes())
+    assert not (env.work / "recipes").exists()
+    assert load_config("multi30k").data.train == load_config("multi30k.toml").data.train == "multi30k/train"
+
+
+def test_run_files_follow_the_umask(tmp_path, toy_corpus, capsys, monkeypatch):
+    import transduce.outputs as outputs
+
+    monkeypatch.setattr(outputs, "UMASK", 0o027)  # what the module reads at import, for this test's umask
+    old = os.umask(0o027)
+    try:
+        recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=2, save_every=2)
+        assert transduce(capsys, "train", recipe, "--out", tmp_path / "run").code == 0
+    finally:
+        os.umask(old)
+    run = tmp_path / "run"
+    modes = {p.relative_to(run).as_posix(): p.stat().st_mode & 0o777 for p in run.rglob("*")
+             if p.is_file() and p.name != ".transduce.lock"}
+    assert modes["config.json"] == modes["metrics.jsonl"], modes
+    assert modes["metrics.jsonl"] == modes["checkpoints/step-00000002/model.safetensors"]
+    assert set(modes.values()) == {0o640}, modes
+    assert (run / "checkpoints" / "step-00000002").stat().st_mode & 0o777 == 0o750
+
+
+def test_errors_from_a_real_process_have_no_traceback(env):
+    proc = subprocess.run([sys.executable, "-m", "transduce", "average", str(env.run), "--last", "-3"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "transduce", "translate", str(env.run), "--beam", "0"],
+                          capture_output=True, text=True, input="a dog\n")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+# The property: every command that writes, pointed at a folder holding a sentinel and at ".", keeps the sentinel ------
+WRITERS = {
+    "prepare": lambda e, out: [a.format(**vars(e)) for a in PREPARE] + ["--out", out],
+    "train": lambda e, out: ["train", e.recipe, "--out", out],
+    "classify train": lambda e, out: ["classify", "train", e.cls_recipe, "--out", out],
+    "average": lambda e, out: ["average", e.run, "--last", "2", "--output", out],
+    "attention": lambda e, out: ["attention", e.run, *ONE, "--out", out],
+    "plot": lambda e, out: ["plot", e.run, "--out", out],
+    "evaluate --output": lambda e, out: ["evaluate", e.run, "--src", e.corpus / "test.en", "--ref",
+                                         e.corpus / "test.xx", "--beam", "1", "--quiet", "--output", out],
+    "demo": lambda e, out: ["demo", "--out", out, "--set", "train.max_steps=2"],
+    "export": lambda e, out: ["export", "ctranslate2", e.run, "--out", out],
+}
+
+
+@pytest.mark.parametrize("target", ["folder", "."])
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_no_writing_command_destroys_a_sentinel(command, target, env, capsys):
+    from transduce.cli import build_parser
+
+    if command == "export" and "export" not in build_parser()._subparsers._group_actions[0].choices:
+        pytest.skip("no export command yet")
+    folder = env.tmp / "users-folder" if target == "folder" else env.work
+    sentinel = put_sentinel(folder)
+    (folder / "notes.gz").write_bytes(gzip.compress(b"more of the user's data\n"))
+    before = sorted(p.name for p in folder.iterdir())
+    result = transduce(capsys, *WRITERS[command](env, str(folder) if target == "folder" else "."))
+    assert_one_line_error(result)
+    assert_kept(sentinel)
+    assert sorted(p.name for p in folder.iterdir()) == before
