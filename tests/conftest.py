@@ -46,6 +46,17 @@ max_len_b = 10
 """
 
 
+def shared_data(name: str) -> Path:
+    """A corpus under TRANSDUCE_DATA; the test skips, saying why, where it is not there."""
+    root = os.environ.get("TRANSDUCE_DATA")
+    if not root:
+        pytest.skip("TRANSDUCE_DATA not set")
+    path = Path(root) / name
+    if not path.exists():
+        pytest.skip(f"{path} missing")
+    return path
+
+
 @pytest.fixture
 def toy_corpus(tmp_path):
     root = tmp_path / "corpus"
@@ -83,3 +94,20 @@ def trained_run(tmp_path_factory):
     run_cli("train", str(recipe), "--out", str(tmp / "run"), "--set", "model.d_model=64",
             "--set", "model.d_ff=128", "--set", "model.n_layers=2")
     return tmp / "run", corpus
+
+
+def untrained_classifier(tokenizer_path: Path, labels: list[str]):
+    """An untrained classifier on a run's tokenizer: enough to exercise serving routes and the page."""
+    import torch
+
+    from transduce.classify import Classifier, ClassifierRunConfig, HeadConfig, TransformerClassifier
+    from transduce.config import ModelConfig
+    from transduce.tokenizer import Tokenizer
+
+    torch.manual_seed(0)
+    tokenizer = Tokenizer(tokenizer_path)
+    config = ClassifierRunConfig(model=ModelConfig(vocab_size=tokenizer.vocab_size, n_layers=1, d_model=16, d_ff=32,
+                                                   n_heads=2, max_len=32, dropout=0.0),
+                                 head=HeadConfig(n_classes=len(labels)))
+    model = TransformerClassifier(config.model, config.head, max_len=config.data.max_len).eval()
+    return Classifier(model, tokenizer, labels, config)

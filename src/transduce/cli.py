@@ -15,11 +15,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .checkpoint import CheckpointError
     from .config import ConfigError
     from .data import DataError
+    from .export.ctranslate2 import ExportError  # does not import ctranslate2 itself
     from .outputs import OutputError
+    from .tasks.trees import TreeError
     from .tokenizer import TokenizerError
     from .train import TrainingError
 
-    return ConfigError, DataError, CheckpointError, TokenizerError, TrainingError, OutputError
+    return (ConfigError, DataError, CheckpointError, TokenizerError, TrainingError, OutputError, ExportError,
+            TreeError)
 
 
 def _environment_error(err: OSError) -> str:
@@ -107,13 +110,20 @@ def cmd_translate(args) -> int:
 
     _check_decoding(args)
     lines = read_lines(_input_path(args.input), errors=args.errors, allow_empty=True)
-    translator = Translator.from_run(args.run, device=args.device)
+    if args.engine == "ctranslate2":
+        from .export.ctranslate2 import CTranslate2Translator
+
+        translator = CTranslate2Translator.from_run(args.run, device=args.device)
+        max_len = translator.max_len
+    else:
+        translator = Translator.from_run(args.run, device=args.device)
+        max_len = translator.model.config.max_len
     progress = not sys.stdout.isatty() and not args.quiet
     results = translator.translate_nbest(lines, beam=args.beam, alpha=args.alpha, nbest=args.nbest,
                                          batch_tokens=args.batch_tokens, length_penalty=args.length_penalty,
                                          progress=progress)
     for i in translator.truncated:
-        print(f"warning: line {i + 1}: longer than the model's {translator.model.config.max_len} positions; "
+        print(f"warning: line {i + 1}: longer than the model's {max_len} positions; "
               "translated after truncation", file=sys.stderr)
     out = sys.stdout
     for i, hyps in enumerate(results):
@@ -289,6 +299,36 @@ def cmd_classify_evaluate(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from .export.ctranslate2 import export_ctranslate2
+
+    out = export_ctranslate2(args.run, args.out, quantization=args.quantization)
+    print(f"exported {args.run} to {out} (CTranslate2, {args.quantization or 'float32'})")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from .config import ConfigError
+
+    try:
+        from .serving import Limits, serve
+    except ImportError as err:
+        raise ConfigError(f"the server needs FastAPI and uvicorn ({err.name} is missing): "
+                          "pip install 'transduce[serve]'") from None
+    limits = Limits(max_sentences=args.max_sentences, max_chars=args.max_chars, timeout_s=args.timeout)
+    serve(args.run, engine=args.engine, host=args.host, port=args.port, device=args.device, limits=limits,
+          batching=not args.no_batching)
+    return 0
+
+
+def cmd_evalb(args) -> int:
+    from .tasks.evalb import evalb_command
+
+    sys.stdout.write(evalb_command(_input_path(args.gold), _input_path(args.test), args.params, strict=args.strict,
+                                   per_sentence=args.per_sentence))
+    return 0
+
+
 def _sacrebleu_tokenizers() -> list[str]:
     from sacrebleu.metrics.bleu import BLEU
 
@@ -357,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", help="read this file instead of stdin")
     p.add_argument("--nbest", type=int, default=1, help="print the N best as INDEX<TAB>SCORE<TAB>TEXT")
     p.add_argument("--length-penalty", choices=["gnmt", "length", "none"], default=None)
+    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch",
+                   help="ctranslate2: export on the fly (or give an export folder) and decode with CTranslate2")
     p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser("evaluate", help="translate a test set and print sacreBLEU and chrF")
@@ -408,6 +450,35 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--data", required=True, help="labelled TSV or JSONL (plain or .gz)")
     c.add_argument("--device", default="auto")
     c.set_defaults(func=cmd_classify_evaluate)
+
+    p = sub.add_parser("export", help="export a trained model to another inference engine")
+    esub = p.add_subparsers(dest="export_command", required=True, metavar="ENGINE")
+    e = esub.add_parser("ctranslate2", help="a CTranslate2 model folder (pip install 'transduce[export]')")
+    e.add_argument("run", help="run directory, or a .safetensors weights file inside one")
+    e.add_argument("--out", required=True, help="a new folder (or an earlier export, replaced)")
+    e.add_argument("--quantization", choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                                               "float16", "bfloat16", "float32"], help="default: float32")
+    e.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("serve", help="an HTTP API and a web page for a trained model (pip install 'transduce[serve]')")
+    p.add_argument("run", help="run directory (translation or classification), or a CTranslate2 export folder")
+    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no-batching", action="store_true", help="decode requests one at a time")
+    p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
+    p.add_argument("--max-chars", type=int, default=2000, help="characters per sentence")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds before a request gets 504")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("evalb", help="EVALB bracket scores of parses (COLLINS.prm + DELETE_LABEL ROOT by default)")
+    p.add_argument("gold", help="gold trees, one per line")
+    p.add_argument("test", help="parser output, one tree per line")
+    p.add_argument("--params", help="an EVALB .prm parameter file")
+    p.add_argument("--strict", action="store_true", help="error and skip sentences count as zero matched")
+    p.add_argument("--per-sentence", action="store_true", help="also print EVALB's per-sentence rows")
+    p.set_defaults(func=cmd_evalb)
 
     p = sub.add_parser("plot", help="training curves of one or more runs")
     p.add_argument("runs", nargs="+", help="run directories")

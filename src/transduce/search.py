@@ -124,7 +124,10 @@ def beam_search(model, src: Tensor, *, beam: int = 4, alpha: float = 0.6, length
         origin = top_index // vocab  # (B, 2k) beam each candidate extends
         token = top_index % vocab  # (B, 2k)
         rows = (origin + torch.arange(b, device=device).unsqueeze(1) * k)  # (B, 2k) rows in the N axis
+        # A hypothesis ends only when its EOS ranks among the k best candidates (fairseq's and CTranslate2's rule);
+        # EOS candidates ranked k+1..2k are dropped, not finished.
         is_eos = token.eq(EOS_ID) & top_score.gt(float("-inf"))
+        is_eos[:, k:] = False
 
         # Finished: merge this step's EOS candidates with the kept ones, keep the k best by normalised score.
         length = torch.tensor(float(t + 1), device=device)
@@ -140,7 +143,7 @@ def beam_search(model, src: Tensor, *, beam: int = 4, alpha: float = 0.6, length
         fin_tokens = all_tokens.gather(1, keep.unsqueeze(2).expand(-1, -1, all_tokens.size(2)))
 
         # Alive: the k best candidates that did not end in EOS.
-        alive_score, pick = top_score.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (B, k)
+        alive_score, pick = top_score.masked_fill(token.eq(EOS_ID), float("-inf")).topk(k, dim=1)  # (B, k)
         alive_rows = rows.gather(1, pick).view(-1)  # (N,)
         scores = alive_score
         tokens = torch.cat([tokens[alive_rows], token.gather(1, pick).view(-1, 1)], dim=1)  # (N, t+2)

@@ -1,0 +1,1 @@
+"""Decoding helpers: constraints that restrict what a search may produce."""

@@ -1,0 +1,160 @@
+"""Decoding that can only produce trees: a token mask for greedy and beam search over a linearized-tree vocabulary.
+
+A parser that decodes a linearized tree (§6.3; Vinyals et al. 2015) can emit token sequences that are not trees:
+unbalanced brackets, the wrong number of words, an empty constituent. Vinyals et al. repaired such outputs after
+decoding; here the search is simply never offered them. The target vocabulary has four kinds of tokens (the scheme
+of tasks/trees.py): "(LABEL" opens a constituent, ")" closes the innermost one, any other token is a leaf (a POS tag,
+or "XX") that stands for the next input word, and EOS ends the output.
+
+Per decoder row the constraint tracks, as tensors: tokens emitted, open-bracket depth, words used, whether the
+innermost open constituent has a child yet, whether the root is closed, and whether EOS was emitted. A token is
+allowed when it keeps the output a prefix of one tree over exactly the row's n words:
+- "(LABEL": a word is still unused (so the new constituent can get one); at depth 0 only before the root opens. With
+  a root token (e.g. "(ROOT"), only it opens the root and it is never used below the root.
+- leaf: inside the root, while words remain.
+- ")": the innermost constituent has a child; the root closes only once all n words are used.
+- EOS: only after the root is closed (or at once for an empty sentence, n = 0: an empty output).
+- and the token leaves room, within the row's maximum output length (EOS included), for the shortest completion:
+  one leaf per unused word, one ")" per open constituent, then EOS. From any allowed state some token stays allowed,
+  so a search with a large enough budget (`min_output_length`) always ends with a tree.
+
+Axis legend: B sentences, N decoder rows (B * beam), V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, fields, replace
+
+import torch
+from torch import Tensor
+
+# Token kinds (one per vocabulary entry). ROOT_OPEN is the open bracket reserved for the root.
+OTHER, EOS, OPEN, CLOSE, LEAF, ROOT_OPEN = range(6)
+
+
+@dataclass(frozen=True)
+class TreeState:
+    """The constraint's state for N decoder rows; every field is (N,)."""
+
+    n_words: Tensor  # words of the row's sentence
+    max_len: Tensor  # most output tokens, EOS included
+    length: Tensor  # tokens emitted so far
+    depth: Tensor  # open constituents
+    used: Tensor  # leaves emitted (words consumed)
+    has_child: Tensor  # the innermost open constituent has a child (bool)
+    closed: Tensor  # the root is closed: only EOS may follow (bool)
+    ended: Tensor  # EOS was emitted (bool)
+
+
+def min_output_length(n_words: int) -> int:
+    """Shortest output for an n-word sentence, EOS included: "(ROOT", n leaves, ")", EOS (1 for n = 0)."""
+    return n_words + 3 if n_words > 0 else 1
+
+
+@dataclass(frozen=True)
+class TreeConstraint:
+    """The tree constraint for one target vocabulary, bound by `for_sentences` to the word counts of a batch.
+
+    The search calls `start(max_len)` once, then per step `allowed(state)` to mask the log-probabilities and
+    `advance(state, tokens)` with the chosen tokens, and `reorder` / `select` wherever it reorders its key/value
+    cache (beam origins, dropped sentences). Every method returns a new state; nothing syncs with the host except
+    the budget check in `start`."""
+
+    kinds: Tensor  # (V,) token kind of every vocabulary id
+    n_words: Tensor | None = None  # (B,) set by for_sentences
+    has_root: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "has_root", bool(self.kinds.eq(ROOT_OPEN).any()))  # once, not per step
+
+    @classmethod
+    def from_vocab(cls, vocab: Sequence[str], *, eos: str, specials: Collection[str],
+                   root: str | None = None) -> TreeConstraint:
+        """Token kinds from the vocabulary strings: `eos` ends, other `specials` are never allowed, "(X" opens, ")"
+        closes, anything else is a leaf. `root`, when given (e.g. "(ROOT"), is the only token that opens the root."""
+        if eos not in vocab:
+            raise ValueError(f"EOS token {eos!r} is not in the vocabulary")
+        if root is not None and root not in vocab:
+            raise ValueError(f"root token {root!r} is not in the vocabulary")
+
+        def kind(token: str) -> int:
+            if token == eos:
+                return EOS
+            if token in specials:
+                return OTHER
+            if token == root:
+                return ROOT_OPEN
+            if token == ")":
+                return CLOSE
+            return OPEN if token.startswith("(") else LEAF
+
+        return cls(torch.tensor([kind(t) for t in vocab], dtype=torch.long))
+
+    def for_sentences(self, n_words: Tensor | Sequence[int]) -> TreeConstraint:
+        """This constraint for a batch whose sentences have `n_words` (B,) words each."""
+        return replace(self, n_words=torch.as_tensor(n_words, dtype=torch.long))
+
+    def start(self, max_len: Tensor) -> TreeState:
+        """The state before the first token, one row per sentence. `max_len` (B,): most output tokens, EOS included
+        (the search's own limit). Raises ValueError when a sentence cannot fit a tree in its limit."""
+        if self.n_words is None:
+            raise ValueError("call for_sentences(n_words) before searching")
+        device = max_len.device
+        n = self.n_words.to(device)
+        if n.shape != max_len.shape:
+            raise ValueError(f"{n.numel()} word counts for a batch of {max_len.numel()} sentences")
+        short = (max_len < torch.where(n > 0, n + 3, torch.ones_like(n))).nonzero().view(-1)
+        if short.numel():
+            i = int(short[0])
+            raise ValueError(f"sentence {i}: {int(n[i])} words need at least {min_output_length(int(n[i]))} output "
+                             f"tokens, the limit is {int(max_len[i])} (raise max_len_b)")
+        zeros = torch.zeros_like(n)
+        false = torch.zeros_like(n, dtype=torch.bool)
+        if self.kinds.device != device:
+            object.__setattr__(self, "kinds", self.kinds.to(device))  # once per search, not per step
+        return TreeState(n, max_len.long(), zeros, zeros, zeros, false, false, false)
+
+    def allowed(self, state: TreeState) -> Tensor:
+        """(N, V) bool: the tokens each row may emit next."""
+        remaining = state.n_words - state.used  # (N,) words still to cover
+        budget = state.max_len - state.length - 1  # (N,) tokens left after the next one
+        active = ~state.closed & ~state.ended & state.n_words.gt(0)
+        inside = active & state.depth.gt(0)
+        words_left = remaining.gt(0)
+        can_root = active & state.depth.eq(0) & words_left & (remaining + 2).le(budget)
+        can_open = inside & words_left & (remaining + state.depth + 2).le(budget)
+        can_leaf = inside & words_left & (remaining + state.depth).le(budget)
+        can_close = (inside & state.has_child & (state.depth.gt(1) | ~words_left)
+                     & (remaining + state.depth).le(budget))
+        can_eos = state.closed | state.ended | state.n_words.eq(0)
+        root_column = can_root if self.has_root else torch.zeros_like(can_root)
+        open_column = can_open if self.has_root else can_open | can_root
+        by_kind = torch.stack([torch.zeros_like(can_eos), can_eos, open_column, can_close, can_leaf, root_column],
+                              dim=1)  # (N, 6) in kind order
+        return by_kind[:, self.kinds]  # (N, V)
+
+    def advance(self, state: TreeState, tokens: Tensor) -> TreeState:
+        """The state after each row emitted `tokens` (N,)."""
+        kind = self.kinds[tokens]  # (N,)
+        opens = kind.eq(OPEN) | kind.eq(ROOT_OPEN)
+        closes = kind.eq(CLOSE)
+        leaf = kind.eq(LEAF)
+        depth = state.depth + opens.long() - closes.long()
+        return replace(
+            state,
+            length=state.length + 1,
+            depth=depth,
+            used=state.used + leaf.long(),
+            has_child=torch.where(opens, torch.zeros_like(leaf), state.has_child | leaf | closes),
+            closed=state.closed | (closes & depth.eq(0)),
+            ended=state.ended | kind.eq(EOS),
+        )
+
+    def reorder(self, state: TreeState, index: Tensor) -> TreeState:
+        """Rows `index` (M,) of the state, in that order (beam origins; mirrors the cache's reorder)."""
+        return TreeState(**{f.name: getattr(state, f.name).index_select(0, index) for f in fields(TreeState)})
+
+    def select(self, state: TreeState, index: Tensor) -> TreeState:
+        """Rows `index` of the state (sentences kept, beam expansion; mirrors the cache's select)."""
+        return self.reorder(state, index)

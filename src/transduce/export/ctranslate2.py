@@ -1,0 +1,395 @@
+"""Export a transduce run to CTranslate2 (OpenNMT's C++ inference engine) and translate with it.
+
+`export_ctranslate2(run, out)` describes the model with CTranslate2's model-specification API
+(`ctranslate2.specs.TransformerSpec`: the library validates, quantizes and serialises it; we never write its binary
+format ourselves) and puts beside it the run's SentencePiece model. `CTranslate2Translator` loads such a folder and
+offers the interface of `transduce.translate.Translator` (`translate`, `translate_nbest`).
+
+How our model maps onto the engine's Transformer (CTranslate2's "Transformer" spec, its docs' "Model conversion"):
+    - post-LN (`norm_first=False`) is the spec's `pre_norm=False`; pre-LN adds the final LayerNorm of each stack;
+    - token embeddings are multiplied by sqrt(d_model) (`scale_embeddings`), then the position table is added. The
+      table is exported as it is (sinusoidal or learned): the engine's built-in sinusoid puts all sines before all
+      cosines, ours interleaves them (paper §3.5, `model.sinusoidal_encoding`);
+    - self-attention Q, K, V are one fused (3D, D) projection, encoder-decoder K, V one fused (2D, D) projection;
+    - tied embeddings are exported as equal matrices, which the spec stores once (its `optimize` aliases them);
+    - the vocabulary is the SentencePiece model's pieces in id order, so token ids are the same in both engines
+      (PAD 0, UNK 1, BOS 2, EOS 3); the engine adds EOS to the source itself (`add_source_eos`), as we do.
+Restricted self-attention (`attention_window`) has no counterpart in the engine's encoder-decoder Transformer
+(its `sliding_window` bounds a key/value cache, not a symmetric band around each query): refused.
+
+Decoding: what is the same in both engines and what is not.
+    - Length penalty: our "length" (score = log P / |Y|^alpha) is CTranslate2's `length_penalty=alpha`, with |Y|
+      counting EOS in both (the engine is asked to keep the end token, `return_end_token=True`, which makes its
+      lengths count it; we strip it from the output). "none" is `length_penalty=0`. Our "gnmt",
+      ((5 + |Y|) / 6)^alpha, has no counterpart in the engine's beam search: asking for it there raises ValueError.
+    - Greedy search (beam 1): the engine returns the raw log-probability (`length_penalty=0`) and we divide it by
+      our penalty, any of the three, as `search.greedy_search` does (greedy's tokens do not depend on it).
+    - Maximum output length |x| + 50 (decode.max_len_a * |x| + decode.max_len_b, at most max_len - 1, counting
+      EOS): the engine takes one maximum per call, so sentences are decoded in groups of equal source length. We
+      force EOS at the last position; the engine is given one step less and stops there, which gives the same tokens.
+    - PAD and BOS are never produced: we mask them after the log-softmax, the engine (`suppress_sequences`) before
+      it, so its log-probabilities are renormalised over the other tokens and its scores are a little higher, by
+      -log(1 - p(PAD) - p(BOS)) per step. Not negligible by construction: with tied embeddings PAD's row stays zero,
+      so its logit is 0 (on the tests' toy model, up to 0.2% of a sentence's score).
+    - Beam search: both expand 2 x beam candidates per sentence and step, finish a hypothesis only when its EOS is
+      among the top `beam` candidates, and keep the `beam` best that do not end in EOS. The engine ends a sentence
+      once beam x patience hypotheses have finished and returns the best of those by normalised score; ours stops
+      once no unfinished hypothesis can beat its n-best. While both run, their unfinished hypotheses are the same;
+      so, apart from rounding and the renormalisation above, the engine's best translation never has a higher
+      model score than ours (tested where they differ). This translator's default patience is 4: on the tests'
+      model, patience 1 / 2 / 4 gave 64 / 69 / 70 of 70 sentences identical to ours with the "length" penalty
+      (70 / 70 / 70 with "none").
+      A hypothesis that reaches the maximum length counts its forced EOS in |Y| with us, not in the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from ..checkpoint import find_weights, load_weights
+from ..config import ConfigError, DecodeConfig, ModelConfig, read_config
+from ..model import Transformer
+from ..outputs import MANIFEST, atomic_folder, check_replaceable, read_manifest
+from ..search import length_penalty
+from ..tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from ..translate import Translation
+
+KIND = "ctranslate2-export"  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
+FORMAT_VERSION = 1
+# The weight types CTranslate2's `ModelSpec.optimize(quantization=...)` accepts.
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+INSTALL_HINT = "pip install 'transduce[export]' (or: pip install ctranslate2)"
+
+
+class ExportError(ValueError):
+    """The model or the destination cannot be exported to; the message says what and why."""
+
+
+def _ctranslate2() -> ModuleType:
+    """The optional `ctranslate2` package, or an ExportError that says how to install it."""
+    try:
+        return importlib.import_module("ctranslate2")
+    except ImportError:
+        raise ExportError(f"exporting to CTranslate2 needs the ctranslate2 package: {INSTALL_HINT}") from None
+
+
+# What the engine can express -----------------------------------------------------------------------------------------
+def check_exportable(config: ModelConfig, tokenizer: Tokenizer) -> None:
+    """Refuse, naming every reason, a model that CTranslate2's Transformer cannot compute exactly."""
+    problems = []
+    if config.attention_window is not None:
+        problems.append(f"model.attention_window = {config.attention_window} (restricted self-attention): "
+                        "CTranslate2's encoder-decoder Transformer always attends to every position")
+    if config.encoder_layers < 1 or config.decoder_layers < 1:
+        problems.append(f"{config.encoder_layers} encoder and {config.decoder_layers} decoder layers: "
+                        "CTranslate2 needs at least one layer in each stack")
+    if config.pad_id != PAD_ID:
+        problems.append(f"model.pad_id = {config.pad_id}: the exported vocabulary puts PAD at {PAD_ID}")
+    if tokenizer.vocab_size != config.vocab_size:
+        problems.append(f"the tokenizer has {tokenizer.vocab_size} pieces, the model {config.vocab_size}")
+    pieces = _pieces(tokenizer)
+    if len(set(pieces)) != len(pieces):
+        problems.append("the SentencePiece model has duplicate pieces: CTranslate2 maps tokens to ids by their text")
+    if problems:
+        raise ExportError("cannot export to CTranslate2: " + "; ".join(problems))
+
+
+def _pieces(tokenizer: Tokenizer) -> list[str]:
+    """The vocabulary in id order: piece i is token id i in both engines."""
+    return [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+
+
+# The model specification -------------------------------------------------------------------------------------------
+def _array(tensor: torch.Tensor) -> np.ndarray:
+    """A float32 copy (the spec quantizes in place; our parameters must not change)."""
+    return tensor.detach().to("cpu", torch.float32).numpy().copy()
+
+
+def _set_linear(spec, *linears: nn.Linear) -> None:
+    """One spec linear from one or several of ours, stacked along the output axis (fused projections)."""
+    spec.weight = _array(torch.cat([m.weight for m in linears]))
+    if linears[0].bias is not None:
+        spec.bias = _array(torch.cat([m.bias for m in linears]))
+
+
+def _set_norm(spec, norm: nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+
+def _set_inputs(spec, embedding) -> None:
+    """Token embeddings (scaled by sqrt(d_model) in the engine, §3.4) and our own position table (§3.5)."""
+    spec.scale_embeddings = True
+    table = embedding.learned.weight if hasattr(embedding, "learned") else embedding.pe
+    spec.position_encodings.encodings = _array(table)  # (max_len, D)
+
+
+def _set_encoder(spec, encoder) -> None:
+    _set_inputs(spec, encoder.embed)
+    spec.embeddings[0].weight = _array(encoder.embed.tokens.weight)
+    for layer_spec, layer in zip(spec.layer, encoder.layers):
+        attn = layer.self_attn
+        _set_linear(layer_spec.self_attention.linear[0], attn.q_proj, attn.k_proj, attn.v_proj)
+        _set_linear(layer_spec.self_attention.linear[1], attn.out_proj)
+        _set_norm(layer_spec.self_attention.layer_norm, layer.sublayer1.norm)
+        _set_feed_forward(layer_spec.ffn, layer.ff, layer.sublayer2.norm)
+    if encoder.final_norm is not None:
+        _set_norm(spec.layer_norm, encoder.final_norm)
+
+
+def _set_decoder(spec, decoder, output: nn.Linear) -> None:
+    _set_inputs(spec, decoder.embed)
+    spec.embeddings.weight = _array(decoder.embed.tokens.weight)
+    for layer_spec, layer in zip(spec.layer, decoder.layers):
+        attn, cross = layer.self_attn, layer.cross_attn
+        _set_linear(layer_spec.self_attention.linear[0], attn.q_proj, attn.k_proj, attn.v_proj)
+        _set_linear(layer_spec.self_attention.linear[1], attn.out_proj)
+        _set_norm(layer_spec.self_attention.layer_norm, layer.sublayer1.norm)
+        _set_linear(layer_spec.attention.linear[0], cross.q_proj)
+        _set_linear(layer_spec.attention.linear[1], cross.k_proj, cross.v_proj)
+        _set_linear(layer_spec.attention.linear[2], cross.out_proj)
+        _set_norm(layer_spec.attention.layer_norm, layer.sublayer2.norm)
+        _set_feed_forward(layer_spec.ffn, layer.ff, layer.sublayer3.norm)
+    if decoder.final_norm is not None:
+        _set_norm(spec.layer_norm, decoder.final_norm)
+    _set_linear(spec.projection, output)  # pre-softmax projection, no bias
+
+
+def _set_feed_forward(spec, ff, norm: nn.LayerNorm) -> None:
+    _set_linear(spec.linear_0, ff.linear1)
+    _set_linear(spec.linear_1, ff.linear2)
+    _set_norm(spec.layer_norm, norm)
+
+
+def build_spec(model: Transformer, tokenizer: Tokenizer):
+    """A `ctranslate2.specs.TransformerSpec` holding the model's weights and the tokenizer's vocabulary."""
+    ct2 = _ctranslate2()
+    config = model.config
+    check_exportable(config, tokenizer)
+    specs = ct2.specs
+    spec = specs.TransformerSpec(
+        specs.TransformerEncoderSpec(config.encoder_layers, config.n_heads, pre_norm=config.norm_first),
+        specs.TransformerDecoderSpec(config.decoder_layers, config.n_heads, pre_norm=config.norm_first))
+    _set_encoder(spec.encoder, model.encoder)
+    _set_decoder(spec.decoder, model.decoder, model.output)
+    pieces = _pieces(tokenizer)
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    spec.config.layer_norm_epsilon = config.layer_norm_eps
+    spec.config.unk_token, spec.config.bos_token = pieces[UNK_ID], pieces[BOS_ID]
+    spec.config.eos_token, spec.config.decoder_start_token = pieces[EOS_ID], pieces[BOS_ID]
+    spec.config.add_source_eos = True  # our encoder input is the pieces + EOS
+    return spec
+
+
+# Export ------------------------------------------------------------------------------------------------------------
+def is_export(path: str | Path) -> bool:
+    """True for a folder written by `export_ctranslate2` (its manifest says so)."""
+    manifest = read_manifest(path)
+    return manifest is not None and manifest["kind"] == KIND
+
+
+def export_ctranslate2(run: str | Path, out: str | Path, *, quantization: str | None = None) -> Path:
+    """Export a run (its best weights, else the newest checkpoint; or a weights file inside it) to folder `out`.
+
+    `quantization`: None keeps float32; else one of QUANTIZATIONS (int8, int16, float16, ...), applied by the spec.
+    Nothing a user already has is overwritten: the export is written into a temporary folder beside `out` and
+    renamed into place; an existing `out` is replaced only when it is an earlier export (it holds our manifest)
+    or an empty folder, else ExportError. Returns `out`.
+    """
+    ct2 = _ctranslate2()
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ExportError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
+    out = Path(out)
+    check_replaceable(out, KIND)  # refuse early, before the work
+    run_dir, weights = find_weights(run)
+    config = read_config(run_dir / "config.json")
+    tokenizer = Tokenizer(run_dir / "tokenizer.model")
+    check_exportable(config.model, tokenizer)  # before loading weights: refuse early
+    model = Transformer(config.model)
+    load_weights(model, weights)
+    spec = build_spec(model.eval(), tokenizer)
+    spec.register_file(str(tokenizer.path), "tokenizer.model")
+    meta = tokenizer.path.with_suffix(".json")  # lowercasing and other text normalisation
+    if meta.is_file():
+        spec.register_file(str(meta), "tokenizer.json")
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    manifest = {"version": FORMAT_VERSION, "run": str(run_dir.resolve()),
+                "weights": str(Path(weights).resolve()), "quantization": quantization,
+                "ctranslate2": ct2.__version__, "model": dataclasses.asdict(config.model),
+                "decode": dataclasses.asdict(config.decode)}
+    with atomic_folder(out, KIND, **manifest) as tmp:  # refuses a destination that is not an export of ours
+        spec.save(str(tmp))
+    return out
+
+
+# Translation -------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class _Search:
+    """One call's search settings: the engine's options and how to score a greedy hypothesis."""
+
+    engine: dict
+    greedy: bool
+    penalty: str
+    alpha: float
+
+    def score(self, log_prob: float, length: int) -> float:
+        """The reported score. Beam: the engine's, log P / |Y|^alpha. Greedy: log P / lp(|Y|) with our penalty
+        (any of gnmt, length, none: greedy's tokens do not depend on it), |Y| counting EOS, as `greedy_search`."""
+        if not self.greedy:
+            return log_prob
+        return log_prob / float(length_penalty(float(length), kind=self.penalty, alpha=self.alpha))
+
+
+def _search(*, beam: int, nbest: int, alpha: float, penalty: str, patience: float) -> _Search:
+    """`translate_batch` options that give our search's semantics (see the module docstring)."""
+    if penalty not in ("gnmt", "length", "none"):
+        raise ConfigError(f"unknown length penalty {penalty!r} (gnmt, length, none)")
+    if beam > 1 and penalty == "gnmt":
+        raise ConfigError("CTranslate2 has no GNMT length penalty ((5 + |Y|) / 6)^alpha for beam search; use "
+                         "length_penalty='length' (|Y|^alpha, the form both engines share) or 'none'")
+    exponent = alpha if penalty == "length" and beam > 1 else 0.0  # greedy: the raw log P, penalised by us
+    engine = {"beam_size": beam, "num_hypotheses": nbest, "length_penalty": exponent, "patience": patience,
+              "return_scores": True, "return_end_token": True, "min_decoding_length": 0, "max_input_length": 0}
+    return _Search(engine, beam == 1, penalty, alpha)
+
+
+class CTranslate2Translator:
+    """`Translator`'s interface (translate, translate_nbest) on a CTranslate2 export.
+
+    `CTranslate2Translator(folder)` loads a folder written by `export_ctranslate2`; `from_run(path)` accepts either
+    such a folder or a run directory (or weights file), which it exports into a temporary folder, loads, and
+    deletes (the engine and SentencePiece keep their models in memory). The defaults are the run's [decode]
+    settings, except that a run decoding with the GNMT length penalty gets "length" (|Y|^alpha), the form both
+    engines share, for beam search (`self.decode` says which). `patience`: the engine ends a sentence after
+    beam x patience finished hypotheses (the engine's own default is 1; ours, 4, decodes a little longer and
+    brings it to our search's result, see above). Thread-safe as the engine is, apart from
+    `truncated`, which describes the last call.
+    """
+
+    def __init__(self, folder: str | Path, *, decode: DecodeConfig | None = None, device: str = "cpu",
+                 compute_type: str | None = None, threads: int = 0, patience: float = 4.0,
+                 tokenizer: Tokenizer | None = None) -> None:
+        ct2 = _ctranslate2()
+        folder = Path(folder)
+        if not is_export(folder):
+            raise ExportError(f"{folder}: not a transduce CTranslate2 export (no {MANIFEST})")
+        self.manifest = read_manifest(folder) or {}
+        self.max_len = int(self.manifest["model"]["max_len"])
+        if decode is None:
+            decode = DecodeConfig(**self.manifest["decode"])
+            if decode.length_penalty == "gnmt":
+                decode = dataclasses.replace(decode, length_penalty="length")
+        self.decode = decode
+        self.tokenizer = tokenizer or Tokenizer(folder / "tokenizer.model")
+        self.pieces = json.loads((folder / "shared_vocabulary.json").read_text(encoding="utf-8"))
+        if self.pieces != _pieces(self.tokenizer):
+            raise ExportError(f"{folder}: the vocabulary does not match the SentencePiece model")
+        self.piece_ids = {piece: i for i, piece in enumerate(self.pieces)}
+        self.compute_type = compute_type or _compute_type(ct2, self.manifest.get("quantization"), device)
+        self.engine = ct2.Translator(str(folder), device=device, compute_type=self.compute_type,
+                                     intra_threads=threads)
+        self.patience = patience
+        self.truncated: list[int] = []  # input indices cut to the model's max length in the last call
+
+    @classmethod
+    def from_run(cls, path: str | Path, *, quantization: str | None = None, **kwargs) -> CTranslate2Translator:
+        """An export folder, or a run directory / weights file exported on the fly into a temporary folder."""
+        if is_export(path):
+            return cls(path, **kwargs)
+        with tempfile.TemporaryDirectory(prefix="transduce-ct2-") as tmp:
+            folder = export_ctranslate2(path, Path(tmp) / "model", quantization=quantization)
+            run_dir, _ = find_weights(path)
+            return cls(folder, tokenizer=Tokenizer(run_dir / "tokenizer.model"), **kwargs)
+
+    def encode_sources(self, sentences: list[str]) -> list[list[int]]:
+        """Token ids (without EOS: the engine adds it), cut as `Translator.encode_sources` cuts them."""
+        limit = self.max_len - 1
+        self.truncated, out = [], []
+        for i, ids in enumerate(self.tokenizer.encode(sentences)):
+            if len(ids) + 1 > limit:
+                self.truncated.append(i)
+                ids = ids[: limit - 1]
+            out.append(ids)
+        return out
+
+    def max_output(self, source_length: int) -> int:
+        """Output tokens allowed, EOS included: `search._max_lengths`'s rule, in the same float32 arithmetic."""
+        d = self.decode
+        length = int(np.float32(d.max_len_a) * np.float32(source_length) + np.float32(d.max_len_b))
+        return min(max(length, 1), self.max_len - 1)
+
+    def translate_nbest(self, sentences: list[str], *, beam: int | None = None, alpha: float | None = None,
+                        nbest: int = 1, batch_tokens: int | None = None, length_penalty: str | None = None,
+                        progress: bool = False) -> list[list[Translation]]:
+        """Per sentence, its `nbest` best translations, best first; an empty line gets an empty list."""
+        d = self.decode
+        beam = d.beam if beam is None else beam
+        if not 1 <= nbest <= beam:
+            raise ConfigError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
+        search = _search(beam=beam, nbest=nbest, alpha=d.alpha if alpha is None else alpha, patience=self.patience,
+                         penalty=d.length_penalty if length_penalty is None else length_penalty)
+        batch_tokens = d.batch_tokens if batch_tokens is None else batch_tokens
+        results: list[list[Translation]] = [[] for _ in sentences]
+        todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
+        sources = self.encode_sources([sentences[i] for i in todo])
+        self.truncated = [todo[j] for j in self.truncated]
+        groups: dict[int, list[int]] = {}  # source length -> positions in `sources` (one maximum per call)
+        for j, ids in enumerate(sources):
+            groups.setdefault(len(ids), []).append(j)
+        with tqdm(total=len(sentences), unit="sent", disable=not progress, file=sys.stderr, leave=False) as bar:
+            for length in sorted(groups, reverse=True):
+                members = groups[length]
+                hyps = self._decode([sources[j] for j in members], self.max_output(length), batch_tokens, search)
+                for j, sentence_hyps in zip(members, hyps):
+                    results[todo[j]] = sentence_hyps
+                bar.update(len(members))
+        return results
+
+    def translate(self, sentences: list[str], **kwargs) -> list[str]:
+        """Translate raw sentences; returns raw translations in input order (empty input -> empty output)."""
+        return [hyps[0].text if hyps else "" for hyps in self.translate_nbest(sentences, **kwargs)]
+
+    def _decode(self, sources: list[list[int]], max_output: int, batch_tokens: int,
+                search: _Search) -> list[list[Translation]]:
+        """Sources of one length through the engine; hypotheses back to our ids and text."""
+        if max_output <= 1:  # only EOS fits: we force it at once, the engine cannot be asked for 0 steps
+            return [[Translation("", 0.0, [])] for _ in sources]
+        results = self.engine.translate_batch(
+            [[self.pieces[i] for i in ids] for ids in sources], max_decoding_length=max_output - 1,
+            max_batch_size=batch_tokens, batch_type="tokens", suppress_sequences=self._suppressed(), **search.engine)
+        eos = self.pieces[EOS_ID]
+        out = []
+        for result in results:
+            hyps = []
+            for tokens, score in zip(result.hypotheses, result.scores):
+                ids = [self.piece_ids[t] for t in (tokens[:-1] if tokens and tokens[-1] == eos else tokens)]
+                hyps.append((ids, search.score(float(score), len(ids) + 1)))  # EOS: generated, or ours forced
+            texts = self.tokenizer.decode([ids for ids, _ in hyps])
+            out.append([Translation(text, score, ids) for text, (ids, score) in zip(texts, hyps)])
+        return out
+
+    def _suppressed(self) -> list[list[str]]:
+        """PAD and BOS, which our search never produces either."""
+        return [[self.pieces[PAD_ID]], [self.pieces[BOS_ID]]]
+
+
+def _compute_type(ct2: ModuleType, quantization: str | None, device: str) -> str:
+    """The engine's compute type: the exported weight type when the device computes in it, else "default" (the
+    engine converts to a type it does compute in, e.g. float16 to float32 on a CPU, and logs a warning)."""
+    if quantization is None:
+        return "float32"
+    if device == "auto":
+        device = "cuda" if ct2.get_cuda_device_count() > 0 else "cpu"
+    return quantization if quantization in ct2.get_supported_compute_types(device) else "default"

@@ -1,0 +1,488 @@
+"""The HTTP server: FastAPI routes over a predictor (Translator, Classifier, or any object with their methods).
+
+Routes: `GET /health`, `GET /v1/info`, the task's own routes (`POST /v1/translate` and `POST /v1/attention` for a
+translation model, `POST /v1/classify` for a classifier), the page at `/`, and FastAPI's OpenAPI page at `/docs`.
+Every error is JSON, `{"error": {"code", "message", ...}}`, and an error caused by a limit names it
+(`"limit": "max_sentences", "max": 64`): a client should learn which knob it hit without reading server logs.
+
+A task is an entry in TASKS: how to recognise its predictor, how to run a batch of it, and its routes. Serving a
+new kind of model (a parser, say) is one more entry and one route function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from .batcher import CountTokens, DynamicBatcher, RunBatch, count_words
+
+T = TypeVar("T")
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What one request may ask for. Each bound protects the shared model from one client's request."""
+
+    max_sentences: int = 64  # texts per request (422)
+    max_chars: int = 2000  # characters per text (422)
+    max_body_bytes: int = 1_000_000  # request body (413)
+    max_beam: int = 16  # 1 <= nbest <= beam <= max_beam (422)
+    timeout_s: float = 30.0  # a request not answered by then gets 504
+
+
+class ApiError(Exception):
+    """An error answered as JSON with its status; `extra` names the limit and its value where one was hit."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.extra = status, code, message, extra
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"error": {"code": self.code, "message": self.message, **self.extra}}, self.status)
+
+
+# ---------------------------------------------------------------------------------------------------- messages
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt option is refused, never silently ignored
+
+
+class TranslateRequest(_Strict):
+    text: list[str] = Field(min_length=1, description="Raw sentences, one translation each, in this order.")
+    beam: int | None = Field(None, ge=1, description="Beam size (default: the run's, usually 4); 1 = greedy.")
+    nbest: int = Field(1, ge=1, description="Hypotheses returned per sentence (<= beam).")
+    alpha: float | None = Field(None, ge=0.0, le=10.0, description="Length-penalty exponent (default: the run's).")
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float = Field(description="log P(Y | X) divided by the length penalty (what the search ranks by).")
+
+
+class TranslationOut(Hypothesis):
+    nbest: list[Hypothesis] | None = Field(None, description="All hypotheses, best first (only when nbest > 1).")
+
+
+class TranslateResponse(BaseModel):
+    translations: list[TranslationOut]
+
+
+class AttentionRequest(_Strict):
+    text: str = Field(description="One source sentence.")
+    target: str | None = Field(None, description="Its translation (default: the model's, with default options).")
+
+
+class AttentionResponse(BaseModel):
+    source_pieces: list[str] = Field(description="Subword pieces of the source, ending with </s>.")
+    target_pieces: list[str] = Field(description="Decoder inputs: <s> then the target's pieces.")
+    layers: int
+    heads: int
+    cross: list[list[list[list[float]]]] = Field(description="Encoder-decoder attention (layer, head, target, "
+                                                             "source); each row sums to 1.")
+
+
+class ClassifyRequest(_Strict):
+    text: list[str] = Field(min_length=1, description="Raw texts, one prediction each, in this order.")
+
+
+class Prediction(BaseModel):
+    label: str
+    probabilities: dict[str, float]
+
+
+class ClassifyResponse(BaseModel):
+    predictions: list[Prediction]
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """The batching key of a translation request: only requests with equal options share a beam search."""
+
+    beam: int
+    alpha: float
+    nbest: int
+
+
+# ---------------------------------------------------------------------------------------------------- service
+@dataclass(kw_only=True)
+class Service:
+    """What every route needs: the predictor, its batcher, the limits, and what /v1/info reports."""
+
+    predictor: Any
+    task: str
+    engine: str
+    limits: Limits
+    batcher: DynamicBatcher
+    batching: bool
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    async def within_timeout(self, work: Awaitable[T]) -> T:
+        try:
+            return await asyncio.wait_for(work, self.limits.timeout_s)
+        except asyncio.TimeoutError:
+            raise ApiError(504, "timeout", f"no answer within {self.limits.timeout_s:g} s",
+                           limit="timeout_s", max=self.limits.timeout_s) from None
+
+    def check_texts(self, texts: list[str]) -> None:
+        """Sentence-count and length limits (422), checked before anything reaches the model."""
+        if len(texts) > self.limits.max_sentences:
+            raise ApiError(422, "limit_exceeded", f"{len(texts)} texts in one request, at most "
+                           f"{self.limits.max_sentences} allowed", limit="max_sentences", max=self.limits.max_sentences)
+        for i, text in enumerate(texts):
+            if len(text) > self.limits.max_chars:
+                raise ApiError(422, "limit_exceeded", f"text {i} has {len(text)} characters, at most "
+                               f"{self.limits.max_chars} allowed", limit="max_chars", max=self.limits.max_chars,
+                               index=i)
+
+    def info(self) -> dict[str, Any]:
+        return {"task": self.task, "engine": self.engine, **self.metadata, "parameters": _parameters(self.predictor),
+                **TASKS[self.task].describe(self.predictor), "limits": asdict(self.limits),
+                "batching": {"enabled": self.batching, "max_tokens": self.batcher.max_tokens,
+                             "max_wait_ms": self.batcher.max_wait_s * 1000.0}}
+
+
+def _parameters(predictor: Any) -> int | None:
+    model = getattr(predictor, "model", None)
+    if model is None or not hasattr(model, "parameters"):
+        return None
+    return sum(p.numel() for p in model.parameters())
+
+
+def _token_counter(predictor: Any) -> CountTokens:
+    """Source tokens per request with the predictor's own tokenizer (the batch budget is in tokens)."""
+    tokenizer = getattr(predictor, "tokenizer", None)
+    if tokenizer is None or not hasattr(tokenizer, "encode"):
+        return count_words
+    return lambda texts: sum(len(ids) + 1 for ids in tokenizer.encode(texts))
+
+
+# ---------------------------------------------------------------------------------------------------- translation
+def _decode_defaults(predictor: Any) -> DecodeOptions:
+    decode = getattr(predictor, "decode", None)
+    return DecodeOptions(beam=getattr(decode, "beam", 4), alpha=getattr(decode, "alpha", 0.6), nbest=1)
+
+
+def _decode_options(service: Service, request: TranslateRequest) -> DecodeOptions:
+    defaults = _decode_defaults(service.predictor)
+    beam = defaults.beam if request.beam is None else request.beam
+    alpha = defaults.alpha if request.alpha is None else request.alpha
+    if beam > service.limits.max_beam:
+        raise ApiError(422, "limit_exceeded", f"beam {beam} is above the server's maximum {service.limits.max_beam}",
+                       limit="max_beam", max=service.limits.max_beam)
+    if request.nbest > beam:
+        raise ApiError(422, "invalid_request", f"nbest ({request.nbest}) must not exceed beam ({beam})")
+    return DecodeOptions(beam=beam, alpha=alpha, nbest=request.nbest)
+
+
+def _translation_batch(predictor: Any, batch_tokens: int) -> RunBatch:
+    def run(texts: list[str], options: Hashable) -> list:
+        assert isinstance(options, DecodeOptions)
+        return predictor.translate_nbest(texts, beam=options.beam, alpha=options.alpha, nbest=options.nbest,
+                                         batch_tokens=batch_tokens)
+    return run
+
+
+def _translation_out(hypotheses: list, nbest: int) -> TranslationOut:
+    if not hypotheses:  # an empty input line
+        return TranslationOut(text="", score=0.0, nbest=[] if nbest > 1 else None)
+    listed = [Hypothesis(text=h.text, score=float(h.score)) for h in hypotheses] if nbest > 1 else None
+    return TranslationOut(text=hypotheses[0].text, score=float(hypotheses[0].score), nbest=listed)
+
+
+def translation_routes(service: Service) -> APIRouter:
+    router = APIRouter(tags=["translation"])
+
+    @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True)
+    async def translate(request: TranslateRequest) -> TranslateResponse:
+        """Translate raw sentences; the answer keeps input order. Concurrent requests are decoded together."""
+        options = _decode_options(service, request)
+        service.check_texts(request.text)
+        results = await service.within_timeout(service.batcher.submit(request.text, options))
+        return TranslateResponse(translations=[_translation_out(h, options.nbest) for h in results])
+
+    if hasattr(service.predictor, "attention"):
+        @router.post("/v1/attention", response_model=AttentionResponse)
+        async def attention(request: AttentionRequest) -> AttentionResponse:
+            """Encoder-decoder attention of one sentence pair (what the page draws)."""
+            service.check_texts([request.text] + ([request.target] if request.target is not None else []))
+            return await service.within_timeout(_attention(service, request))
+
+    return router
+
+
+async def _attention(service: Service, request: AttentionRequest) -> AttentionResponse:
+    target = request.target
+    if target is None:
+        hypotheses = (await service.batcher.submit([request.text], _decode_defaults(service.predictor)))[0]
+        target = hypotheses[0].text if hypotheses else ""
+    maps = await service.batcher.call(service.predictor.attention, request.text, target)
+    cross = maps.cross.float().round(decimals=4)  # (L, H, T, S); 4 decimals keep the JSON small
+    return AttentionResponse(source_pieces=maps.source_pieces, target_pieces=maps.target_pieces,
+                             layers=cross.shape[0], heads=cross.shape[1], cross=cross.tolist())
+
+
+# ---------------------------------------------------------------------------------------------------- classification
+def _classification_batch(predictor: Any, batch_tokens: int) -> RunBatch:
+    def run(texts: list[str], _key: Hashable) -> list:
+        return predictor.predict_proba(texts).tolist()
+    return run
+
+
+def classification_routes(service: Service) -> APIRouter:
+    router = APIRouter(tags=["classification"])
+    labels = list(service.predictor.labels)
+
+    @router.post("/v1/classify", response_model=ClassifyResponse)
+    async def classify(request: ClassifyRequest) -> ClassifyResponse:
+        """The most probable label of each text and the probability of every label, in input order."""
+        service.check_texts(request.text)
+        rows = await service.within_timeout(service.batcher.submit(request.text, None))
+        return ClassifyResponse(predictions=[
+            Prediction(label=labels[max(range(len(row)), key=row.__getitem__)],
+                       probabilities={label: float(p) for label, p in zip(labels, row)}) for row in rows])
+
+    return router
+
+
+# ---------------------------------------------------------------------------------------------------- tasks
+@dataclass(frozen=True)
+class TaskSpec:
+    """One servable task: which predictors it serves, how a batch of them runs, and its routes."""
+
+    serves: Callable[[Any], bool]
+    run_batch: Callable[[Any, int], RunBatch]  # (predictor, batch_tokens) -> RunBatch
+    routes: Callable[[Service], APIRouter]
+    describe: Callable[[Any], dict[str, Any]]  # what /v1/info adds for this task (the page reads it)
+
+
+# Checked in this order; a parser (POST /v1/parse) will be one more entry here.
+TASKS: dict[str, TaskSpec] = {
+    "classification": TaskSpec(lambda p: hasattr(p, "predict_proba") and hasattr(p, "labels"),
+                               _classification_batch, classification_routes, lambda p: {"labels": list(p.labels)}),
+    "translation": TaskSpec(lambda p: hasattr(p, "translate_nbest"), _translation_batch, translation_routes,
+                            lambda p: {"decode_defaults": asdict(_decode_defaults(p)),
+                                       "attention": hasattr(p, "attention")}),
+}
+
+
+def task_of(predictor: Any) -> str:
+    for name, spec in TASKS.items():
+        if spec.serves(predictor):
+            return name
+    raise TypeError(f"cannot serve a {type(predictor).__name__}: it has none of the methods of "
+                    f"{', '.join(TASKS)} predictors")
+
+
+# ---------------------------------------------------------------------------------------------------- common routes
+def common_routes(service: Service) -> APIRouter:
+    router = APIRouter(tags=["server"])
+
+    @router.get("/health")
+    async def health() -> dict[str, str]:
+        """Liveness: answers while the server accepts requests."""
+        return {"status": "ok", "task": service.task}
+
+    @router.get("/v1/info")
+    async def info() -> dict[str, Any]:
+        """Task, languages, parameter count, engine, limits and batching settings."""
+        return service.info()
+
+    return router
+
+
+# The page's files, fixed here: no path in a request ever reaches the file system.
+PAGE_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
+              "/static/page.js": ("page.js", "text/javascript; charset=utf-8"),
+              "/static/page.css": ("page.css", "text/css; charset=utf-8")}
+# Everything the page loads comes from this server: it works offline and nothing else may run in it.
+PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:", "Cache-Control": "no-cache"}
+
+
+def page_routes() -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+    for url, (name, media_type) in PAGE_FILES.items():
+        content = (STATIC_DIR / name).read_bytes()  # read once, at start-up
+
+        async def page_file(content: bytes = content, media_type: str = media_type) -> Response:
+            return Response(content, media_type=media_type, headers=PAGE_HEADERS)
+
+        router.add_api_route(url, page_file, methods=["GET"])
+    return router
+
+
+# ---------------------------------------------------------------------------------------------------- errors
+def _summarise(errors: list[dict]) -> list[dict[str, Any]]:
+    """pydantic's errors without their inputs (which may be large, or not JSON): where, what kind, what."""
+    return [{"loc": [str(part) for part in e.get("loc", ())], "type": e.get("type", ""), "msg": e.get("msg", "")}
+            for e in errors]
+
+
+def _where(error: dict[str, Any]) -> str:
+    """A field's path without the leading "body" (`text.3`, `beam`)."""
+    loc = error["loc"][1:] if error["loc"][:1] == ["body"] else error["loc"]
+    return ".".join(loc) or "body"
+
+
+async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+    """Unparsable JSON is the client's syntax error (400); a well-formed body with wrong fields is 422."""
+    errors = _summarise(list(error.errors()))
+    if any(e["type"] == "json_invalid" for e in errors):
+        return ApiError(400, "invalid_json", "the request body is not valid JSON").response()
+    message = "; ".join(f"{_where(e)}: {'unknown field' if e['type'] == 'extra_forbidden' else e['msg']}"
+                        for e in errors)
+    return JSONResponse({"error": {"code": "invalid_request", "message": message, "errors": errors}}, 422)
+
+
+async def _api_error(request: Request, error: ApiError) -> JSONResponse:
+    return error.response()
+
+
+async def _internal_error(request: Request, error: Exception) -> JSONResponse:
+    """A failure inside the model: JSON like every other error; the traceback goes to the server's log only."""
+    return ApiError(500, "internal_error", f"the server failed on this request ({type(error).__name__})").response()
+
+
+class BodyLimit:
+    """ASGI middleware: refuse a request body over `max_bytes` with 413 before any route parses it.
+
+    A declared Content-Length is checked up front; a chunked body is counted as it arrives. The body is then
+    handed on whole (it is at most max_bytes).
+    """
+
+    def __init__(self, app: Callable, *, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers", ())).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.max_bytes:
+            return await self._refuse(scope, receive, send)
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return None
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.max_bytes:
+                return await self._refuse(scope, receive, send)
+        body, delivered = b"".join(chunks), False
+
+        async def replay() -> dict:
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: dict, receive: Callable, send: Callable) -> None:
+        error = ApiError(413, "limit_exceeded", f"the request body is over {self.max_bytes} bytes",
+                         limit="max_body_bytes", max=self.max_bytes)
+        await error.response()(scope, receive, send)
+
+
+# ---------------------------------------------------------------------------------------------------- the app
+def create_app(predictor: Any, *, limits: Limits | None = None, batching: bool = True, engine: str = "torch",
+               metadata: Mapping[str, Any] | None = None, batch_tokens: int = 4096,
+               max_wait_ms: float = 5.0) -> FastAPI:
+    """The FastAPI app serving `predictor` (a Translator, a Classifier, or an object with the same methods).
+
+    batching=False decodes one request at a time (the baseline the load benchmark compares with).
+    metadata: what /v1/info adds about the run (e.g. {"languages": {"source": "en", "target": "de"}}).
+    """
+    task, limits = task_of(predictor), limits or Limits()
+    spec = TASKS[task]
+    batcher = DynamicBatcher(spec.run_batch(predictor, batch_tokens), max_tokens=batch_tokens,
+                             max_wait_s=max_wait_ms / 1000.0 if batching else 0.0,
+                             max_requests=None if batching else 1, count_tokens=_token_counter(predictor))
+    service = Service(predictor=predictor, task=task, engine=engine, limits=limits, batcher=batcher,
+                      batching=batching, metadata=dict(metadata or {}))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await batcher.close()  # after uvicorn has let in-flight requests finish
+
+    app = FastAPI(title="transduce", summary=f"A {task} model served over HTTP.", lifespan=lifespan)
+    app.state.service = service
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(Exception, _internal_error)
+    for router in (common_routes(service), spec.routes(service), page_routes()):
+        app.include_router(router)
+    return app
+
+
+# ---------------------------------------------------------------------------------------------------- serve
+ENGINES = ("torch", "ctranslate2")
+
+
+def _run_config(run: str | Path, engine: str) -> tuple[str, dict[str, Any]]:
+    """The run's name and saved config ({} for a CTranslate2 export folder, which keeps no run config)."""
+    from ..checkpoint import find_weights
+
+    if engine == "ctranslate2":
+        from ..export.ctranslate2 import is_export
+        if is_export(run):
+            return Path(run).resolve().name, {}
+    run_dir = find_weights(run)[0]
+    return run_dir.resolve().name, json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+
+
+def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "auto") -> tuple[Any, dict[str, Any]]:
+    """The predictor for a run directory (a classifier run has a "head" section; engine "ctranslate2" also takes
+    an export folder) and what /v1/info should tell of it."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
+    name, config = _run_config(run, engine)
+    if "head" in config:
+        if engine != "torch":
+            raise ValueError("classifier runs are served with the torch engine only")
+        from ..classify import Classifier
+        predictor = Classifier.from_run(run, device=device)
+    elif engine == "ctranslate2":
+        from ..export.ctranslate2 import CTranslate2Translator
+        predictor = CTranslate2Translator.from_run(run, device=device)
+    else:
+        from ..translate import Translator
+        predictor = Translator.from_run(run, device=device)
+    data = config.get("data", {})
+    metadata: dict[str, Any] = {"run": name}
+    if data.get("src") and data.get("tgt"):
+        metadata["languages"] = {"source": data["src"], "target": data["tgt"]}
+    return predictor, metadata
+
+
+def run_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, graceful_timeout_s: int = 30,
+               log_level: str = "info") -> None:
+    """uvicorn until SIGINT/SIGTERM; then no new connections, in-flight requests get up to graceful_timeout_s."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
+                            timeout_graceful_shutdown=graceful_timeout_s)
+    uvicorn.Server(config).run()
+
+
+def serve(run: str | Path, *, engine: str = "torch", host: str = "127.0.0.1", port: int = 8000,
+          device: str = "auto", limits: Limits | None = None, batching: bool = True, batch_tokens: int = 4096,
+          max_wait_ms: float = 5.0, graceful_timeout_s: int = 30, log_level: str = "info") -> None:
+    """Serve a run directory over HTTP (loopback only unless `host` says otherwise) until SIGTERM or Ctrl-C."""
+    predictor, metadata = load_predictor(run, engine=engine, device=device)
+    app = create_app(predictor, limits=limits, batching=batching, engine=engine, metadata=metadata,
+                     batch_tokens=batch_tokens, max_wait_ms=max_wait_ms)
+    run_server(app, host=host, port=port, graceful_timeout_s=graceful_timeout_s, log_level=log_level)

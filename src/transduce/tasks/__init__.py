@@ -1,0 +1,1 @@
+"""Tasks built on the shared trainer: translation, classification, constituency parsing."""

@@ -1,0 +1,139 @@
+"""The browser page, in a real browser: Playwright drives Debian's Chromium against a real uvicorn server.
+
+Playwright's own browser download cannot be reached here, so the system's /usr/bin/chromium is launched by path;
+where it (or Playwright) is missing the tests skip and say why.
+"""
+
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra (fastapi, uvicorn) is not installed")
+uvicorn = pytest.importorskip("uvicorn", reason="the serve extra (fastapi, uvicorn) is not installed")
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install "
+                                                             "pytest-playwright)")
+
+from transduce.serving import create_app
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                                                         "(apt-get install chromium)")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serving(app) -> Iterator[str]:
+    """uvicorn serving `app` on 127.0.0.1 from a thread of this process (the model is loaded once); yields the URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise AssertionError("uvicorn did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def chromium_browser():
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def translator(trained_run):
+    from transduce.translate import Translator
+
+    return Translator.from_run(trained_run[0])
+
+
+def open_page(browser, url: str):
+    """A fresh page on `url`, once its script has read /v1/info; records every URL the page asks for."""
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page.requested = []
+    page.on("request", lambda request: page.requested.append(request.url))
+    page.goto(url + "/")
+    page.wait_for_selector("body[data-ready=true]", timeout=10_000)
+    return page
+
+
+def test_translate_and_draw_the_attention_heatmap(chromium_browser, translator, trained_run, tmp_path):
+    import httpx
+
+    sentences = (trained_run[1] / "test.en").read_text().splitlines()[:2]
+    with serving(create_app(translator)) as url:
+        page = open_page(chromium_browser, url)
+        page.get_by_label("Text to translate").fill(sentences[0])
+        page.get_by_role("button", name="Translate").click()
+        page.wait_for_selector("#translations li .translation", timeout=10_000)
+        assert page.locator("#translations .translation").first.text_content() == translator.translate(
+            sentences[:1])[0]
+
+        maps = httpx.post(url + "/v1/attention", json={"text": sentences[0]}).json()
+        rows, cols = len(maps["target_pieces"]), len(maps["source_pieces"])
+        cells = page.locator("#heatmap rect.cell")
+        cells.nth(rows * cols - 1).wait_for(timeout=10_000)
+        assert cells.count() == rows * cols
+        assert page.locator("#heatmap text.source-piece").all_text_contents() == maps["source_pieces"]
+        assert page.locator("#heatmap text.target-piece").all_text_contents() == maps["target_pieces"]
+
+        page.get_by_label("Layer").select_option(label="1")
+        page.get_by_label("Head").select_option(label=str(maps["heads"]))
+        assert f"layer 1, head {maps['heads']}" in page.locator("#heatmap").get_attribute("aria-label")
+        assert cells.count() == rows * cols
+        page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+
+        # the keyboard alone: Enter in the text box runs it
+        page.get_by_label("Text to translate").fill(sentences[1])
+        page.get_by_label("Text to translate").press("Enter")
+        expected = translator.translate(sentences[1:2])[0]
+        page.wait_for_function("text => document.querySelector('#translations .translation').textContent === text",
+                               arg=expected, timeout=10_000)
+        assert all(url.startswith(url) for url in page.requested), page.requested  # works offline
+        page.close()
+    assert (tmp_path / "page.png").stat().st_size > 10_000
+
+
+def test_errors_are_shown_on_the_page(chromium_browser, translator):
+    with serving(create_app(translator)) as url:
+        page = open_page(chromium_browser, url)
+        page.get_by_label("Text to translate").fill("x" * 2001)  # over the default max_chars
+        page.get_by_role("button", name="Translate").click()
+        page.wait_for_selector("#status.error", timeout=10_000)
+        assert "at most 2000" in page.locator("#status").text_content()
+        page.close()
+
+
+def test_a_classifier_page_shows_label_and_probabilities(chromium_browser, trained_run):
+    from conftest import untrained_classifier
+
+    classifier = untrained_classifier(trained_run[0] / "tokenizer.model", ["neg", "pos"])
+    with serving(create_app(classifier)) as url:
+        page = open_page(chromium_browser, url)
+        page.get_by_label("Text to classify").fill("a b c")
+        page.get_by_role("button", name="Classify").click()
+        page.wait_for_selector("table.probabilities", timeout=10_000)
+        label = classifier.predict(["a b c"])[0]
+        assert page.locator("table.probabilities caption").text_content() == f"a b c → {label}"
+        assert sorted(page.locator("table.probabilities th").all_text_contents()) == ["neg", "pos"]
+        page.close()

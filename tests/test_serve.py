@@ -1,0 +1,333 @@
+"""The HTTP server: every route, every limit and error code, dynamic batching, graceful shutdown."""
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra (fastapi, uvicorn) is not installed")
+httpx = pytest.importorskip("httpx", reason="httpx is not installed")
+
+from conftest import ROOT
+from fastapi.testclient import TestClient
+
+from transduce.serving import DynamicBatcher, Limits, create_app, load_predictor
+
+LIMITS = Limits(max_sentences=8, max_chars=200, max_body_bytes=20_000, max_beam=6, timeout_s=20.0)
+
+
+@pytest.fixture(scope="module")
+def translator(trained_run):
+    from transduce.translate import Translator
+
+    return Translator.from_run(trained_run[0])
+
+
+@pytest.fixture(scope="module")
+def sentences(trained_run):
+    return (trained_run[1] / "test.en").read_text().splitlines()[:12]
+
+
+@pytest.fixture
+def client(translator):
+    with TestClient(create_app(translator, limits=LIMITS, metadata={"languages": {"source": "en", "target": "xx"}})) \
+            as test_client:
+        yield test_client
+
+
+def error_of(response, status):
+    assert response.status_code == status, response.text
+    return response.json()["error"]
+
+
+# ---------------------------------------------------------------------------------------------------- routes
+def test_health_info_docs(client, translator):
+    assert client.get("/health").json() == {"status": "ok", "task": "translation"}
+    info = client.get("/v1/info").json()
+    assert info["task"] == "translation" and info["engine"] == "torch"
+    assert info["languages"] == {"source": "en", "target": "xx"}
+    assert info["parameters"] == sum(p.numel() for p in translator.model.parameters())
+    assert info["limits"]["max_sentences"] == 8 and info["batching"]["enabled"] is True
+    assert info["decode_defaults"]["beam"] == translator.decode.beam and info["attention"] is True
+    assert client.get("/docs").status_code == 200
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/v1/translate", "/v1/attention", "/v1/info", "/health"} <= set(paths)
+    assert "/v1/classify" not in paths and client.post("/v1/classify", json={"text": ["a"]}).status_code == 404
+
+
+def test_translate_keeps_input_order_and_matches_the_translator(client, translator, sentences):
+    text = sentences[:5] + [""] + sentences[5:7]
+    response = client.post("/v1/translate", json={"text": text})
+    assert response.status_code == 200, response.text
+    got = response.json()["translations"]
+    expected = translator.translate_nbest(text)
+    assert [t["text"] for t in got] == [h[0].text if h else "" for h in expected]
+    assert got[5] == {"text": "", "score": 0.0}
+    assert all("nbest" not in t for t in got)
+    assert got[0]["score"] == pytest.approx(expected[0][0].score, abs=1e-4)
+
+
+def test_nbest_lists_hypotheses_best_first(client, sentences):
+    got = client.post("/v1/translate", json={"text": sentences[:3], "beam": 4, "nbest": 3, "alpha": 1.0}).json()
+    for translation in got["translations"]:
+        scores = [h["score"] for h in translation["nbest"]]
+        assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+        assert translation["nbest"][0]["text"] == translation["text"]
+
+
+def test_attention_has_layers_heads_target_source(client, translator, sentences):
+    target = client.post("/v1/translate", json={"text": sentences[:1]}).json()["translations"][0]["text"]
+    explicit = client.post("/v1/attention", json={"text": sentences[0], "target": target}).json()
+    implicit = client.post("/v1/attention", json={"text": sentences[0]}).json()
+    assert explicit == implicit  # the default target is the model's own translation
+    n_layers = len(translator.model.decoder.layers)
+    assert explicit["layers"] == n_layers and explicit["heads"] == translator.model.config.n_heads
+    assert explicit["source_pieces"][-1] == "</s>" and explicit["target_pieces"][0] == "<s>"
+    rows, cols = len(explicit["target_pieces"]), len(explicit["source_pieces"])
+    for layer in explicit["cross"]:
+        for head in layer:
+            assert len(head) == rows and all(len(row) == cols for row in head)
+            assert all(sum(row) == pytest.approx(1.0, abs=2e-3) for row in head)
+
+
+def test_page_and_its_files_are_served_without_the_filesystem(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert '<label for="source"' in page.text and "default-src 'self'" in page.headers["content-security-policy"]
+    assert "http://" not in page.text.replace("http://www.w3.org", "")  # nothing from a CDN
+    assert client.get("/static/page.js").headers["content-type"].startswith("text/javascript")
+    assert client.get("/static/page.css").status_code == 200
+    assert client.get("/static/index.html").status_code == 404
+    assert client.get("/static/..%2fapp.py").status_code == 404
+
+
+# ---------------------------------------------------------------------------------------------------- errors
+def test_invalid_json_is_400(client):
+    response = client.post("/v1/translate", content=b'{"text": ["a",', headers={"content-type": "application/json"})
+    assert error_of(response, 400)["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"text": ["a"], "beem": 3}, "beem: unknown field"),
+    ({"text": "a plain string"}, "text:"),
+    ({"text": []}, "text:"),
+    ({"text": ["a"], "beam": 0}, "beam:"),
+    ({"text": ["a"], "nbest": 0}, "nbest:"),
+    ({"text": ["a"], "beam": 2, "nbest": 3}, "nbest (3) must not exceed beam (2)"),
+    ({"text": [1, 2]}, "text.0:"),
+])
+def test_bad_requests_are_422_naming_the_field(client, body, fragment):
+    assert fragment in error_of(client.post("/v1/translate", json=body), 422)["message"]
+
+
+@pytest.mark.parametrize("body, limit", [
+    ({"text": ["a"] * 9}, "max_sentences"),
+    ({"text": ["a", "b" * 201]}, "max_chars"),
+    ({"text": ["a"], "beam": 7}, "max_beam"),
+])
+def test_request_limits_are_422_naming_the_limit(client, body, limit):
+    error = error_of(client.post("/v1/translate", json=body), 422)
+    assert error["limit"] == limit and error["max"] == getattr(LIMITS, limit)
+
+
+def test_body_size_limit_is_413_declared_or_streamed(client):
+    big = {"text": ["a" * 100] * 250}
+    error = error_of(client.post("/v1/translate", json=big), 413)
+    assert error["limit"] == "max_body_bytes" and error["max"] == 20_000
+    chunks = (b'{"text": ["' + b"a" * 5000 + b'"]}' for _ in range(5))  # no Content-Length: chunked
+    assert error_of(client.post("/v1/translate", content=chunks), 413)["limit"] == "max_body_bytes"
+
+
+class SlowTranslator:
+    """A stand-in predictor that takes `delay` seconds per call, or fails when asked to translate "boom"."""
+
+    def __init__(self, delay=0.0):
+        self.delay = delay
+
+    def translate_nbest(self, texts, **options):
+        if "boom" in texts:
+            raise RuntimeError("model failure")
+        time.sleep(self.delay)
+        return [[type("T", (), {"text": t.upper(), "score": -1.0})()] for t in texts]
+
+
+def test_slow_requests_time_out_with_504():
+    app = create_app(SlowTranslator(delay=1.0), limits=Limits(timeout_s=0.2))
+    with TestClient(app) as test_client:
+        error = error_of(test_client.post("/v1/translate", json={"text": ["x"]}), 504)
+    assert error["limit"] == "timeout_s"
+
+
+def test_a_model_failure_is_a_json_500():
+    with TestClient(create_app(SlowTranslator()), raise_server_exceptions=False) as test_client:
+        assert error_of(test_client.post("/v1/translate", json={"text": ["boom"]}), 500)["code"] == "internal_error"
+        assert test_client.post("/v1/translate", json={"text": ["ok"]}).json()["translations"][0]["text"] == "OK"
+
+
+# ---------------------------------------------------------------------------------------------------- batching
+async def _concurrent(app, bodies):
+    """POST all bodies at once through the ASGI app; returns the JSON answers in order."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        responses = await asyncio.gather(*(http.post("/v1/translate", json=b) for b in bodies))
+    await app.state.service.batcher.close()
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+    return [r.json()["translations"] for r in responses]
+
+
+def test_concurrent_requests_are_batched_and_equal_one_at_a_time(translator, sentences):
+    bodies = [{"text": [s]} for s in sentences] + [{"text": sentences[:3], "beam": 3}, {"text": sentences[3:5],
+                                                                                         "beam": 3, "nbest": 2}]
+    app = create_app(translator, limits=LIMITS, max_wait_ms=50.0)
+    answers = asyncio.run(_concurrent(app, bodies))
+    batcher = app.state.service.batcher
+    assert batcher.requests == len(bodies) and batcher.calls < len(bodies)  # requests shared model calls
+    assert batcher.calls >= 3  # ... but only with equal options: beam 2 (default), beam 3, beam 3 + nbest 2
+    for body, answer in zip(bodies, answers):
+        for sentence, got in zip(body["text"], answer):
+            alone = translator.translate_nbest([sentence], beam=body.get("beam"), nbest=body.get("nbest", 1))[0]
+            assert got["text"] == alone[0].text
+            assert got["score"] == pytest.approx(alone[0].score, abs=1e-4)
+            if "nbest" in body:
+                assert [h["text"] for h in got["nbest"]] == [h.text for h in alone]
+
+
+def test_without_batching_each_request_is_its_own_call(translator, sentences):
+    app = create_app(translator, limits=LIMITS, batching=False)
+    answers = asyncio.run(_concurrent(app, [{"text": [s]} for s in sentences[:6]]))
+    assert app.state.service.batcher.calls == 6
+    assert [a[0]["text"] for a in answers] == translator.translate(sentences[:6])
+
+
+def test_batcher_respects_the_token_budget_and_isolates_failures():
+    calls = []
+
+    def run(texts, key):
+        calls.append(list(texts))
+        if "bad" in texts:
+            raise ValueError("bad input")
+        return [t.upper() for t in texts]
+
+    async def scenario():
+        batcher = DynamicBatcher(run, max_tokens=5, max_wait_s=0.02)
+        jobs = [batcher.submit(["a b"]), batcher.submit(["c"]), batcher.submit(["d e f"]), batcher.submit(["bad"]),
+                batcher.submit(["g"])]
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        await batcher.close()
+        return results
+
+    results = asyncio.run(scenario())
+    assert results[:3] == [["A B"], ["C"], ["D E F"]] and results[4] == ["G"]
+    assert isinstance(results[3], ValueError)
+    # tokens = words + 1: 3 + 2 fill the budget of 5; "bad" fails its batch, which is then retried request by request
+    assert calls == [["a b", "c"], ["d e f"], ["bad", "g"], ["bad"], ["g"]]
+
+
+# ---------------------------------------------------------------------------------------------------- classification
+@pytest.fixture(scope="module")
+def classifier(trained_run):
+    """An untrained classifier on the run's tokenizer: enough to exercise the route (no training)."""
+    from conftest import untrained_classifier
+
+    return untrained_classifier(trained_run[0] / "tokenizer.model", ["neg", "neu", "pos"])
+
+
+def test_classify_returns_labels_and_probabilities_in_order(classifier, sentences):
+    with TestClient(create_app(classifier, limits=LIMITS)) as test_client:
+        info = test_client.get("/v1/info").json()
+        assert info["task"] == "classification" and info["labels"] == ["neg", "neu", "pos"]
+        got = test_client.post("/v1/classify", json={"text": sentences[:4]}).json()["predictions"]
+        probabilities = classifier.predict_proba(sentences[:4])
+        for prediction, row in zip(got, probabilities.tolist()):
+            assert list(prediction["probabilities"].values()) == pytest.approx(row, abs=1e-6)
+            assert prediction["label"] == ["neg", "neu", "pos"][row.index(max(row))]
+        assert error_of(test_client.post("/v1/classify", json={"text": ["a"] * 9}), 422)["limit"] == "max_sentences"
+        assert "beam: unknown field" in error_of(test_client.post("/v1/classify", json={"text": ["a"], "beam": 2}),
+                                                 422)["message"]
+        assert test_client.post("/v1/translate", json={"text": ["a"]}).status_code == 404
+
+
+def test_load_predictor_reads_the_run(trained_run):
+    predictor, metadata = load_predictor(trained_run[0], device="cpu")
+    assert type(predictor).__name__ == "Translator"
+    assert metadata["languages"] == {"source": "en", "target": "xx"} and metadata["run"] == "run"
+    with pytest.raises(ValueError, match="unknown engine"):
+        load_predictor(trained_run[0], engine="onnx")
+    with pytest.raises(TypeError, match="cannot serve"):
+        create_app(object())
+
+
+def test_the_ctranslate2_engine_serves_the_same_translations(trained_run, translator, sentences):
+    pytest.importorskip("ctranslate2", reason="the export extra (ctranslate2) is not installed")
+    predictor, metadata = load_predictor(trained_run[0], engine="ctranslate2", device="cpu")
+    app = create_app(predictor, limits=LIMITS, engine="ctranslate2", metadata=metadata)
+    with TestClient(app) as test_client:
+        info = test_client.get("/v1/info").json()
+        assert info["engine"] == "ctranslate2" and info["attention"] is False
+        got = test_client.post("/v1/translate", json={"text": sentences[:6], "beam": 1}).json()["translations"]
+        assert [t["text"] for t in got] == translator.translate(sentences[:6], beam=1)
+        assert test_client.post("/v1/attention", json={"text": sentences[0]}).status_code == 404
+
+
+# ---------------------------------------------------------------------------------------------------- shutdown
+SERVER_SCRIPT = """
+import sys, time
+from transduce.serving import create_app, run_server
+
+class Slow:
+    def translate_nbest(self, texts, **options):
+        time.sleep(1.5)
+        return [[type("T", (), {{"text": t[::-1], "score": -1.0}})()] for t in texts]
+
+run_server(create_app(Slow()), port={port}, graceful_timeout_s=10, log_level="warning")
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_up(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the server exited early:\n{proc.stderr.read()}")
+        try:
+            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise AssertionError("the server did not start")
+
+
+def test_sigterm_finishes_in_flight_requests(tmp_path):
+    port = free_port()
+    script = tmp_path / "server.py"
+    script.write_text(SERVER_SCRIPT.format(port=port))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_up(url, proc)
+        answers = []
+        request = threading.Thread(target=lambda: answers.append(
+            httpx.post(url + "/v1/translate", json={"text": ["abc"]}, timeout=20.0)))
+        request.start()
+        time.sleep(0.5)  # the request is now inside the 1.5 s model call
+        proc.send_signal(signal.SIGTERM)
+        request.join(timeout=20.0)
+        # uvicorn re-raises the signal once it has shut down, so the exit is "killed by SIGTERM", but only now
+        assert proc.wait(timeout=20.0) in (0, -signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert answers and answers[0].status_code == 200
+    assert answers[0].json()["translations"][0]["text"] == "cba"
