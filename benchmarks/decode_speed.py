@@ -16,7 +16,7 @@ import torch
 
 from transduce.data import read_lines, resolve_path
 from transduce.metrics import score
-from transduce.translate import Translator
+from transduce.decoding.translator import Translator
 
 
 def main() -> None:

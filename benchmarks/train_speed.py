@@ -1,7 +1,7 @@
 """Training throughput of the reference model "m30k-d256" on Multi30k En->De, with model FLOPs utilisation.
 
 m30k-d256 (ANCHORS.md): 3+3 layers, d_model 256, 4 heads, d_ff 1024, joint BPE 8000, ~4,000 target tokens per
-batch, fp32. Runs the real training loop (`transduce.train.train`) for --steps updates, reads the tokens/s it
+batch, fp32. Runs the real training loop (`transduce.training.loop.train`) for --steps updates, reads the tokens/s it
 logged, skips the first log window (warm-up), and compares the model's FLOPs with an fp32 matmul peak measured in
 the same process.
 
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-from transduce.batching import make_batches
+from transduce.data.batching import make_batches
 from transduce.config import load_config
 from transduce.data import load_prepared
 from transduce.model import Transformer
-from transduce.train import train
+from transduce.training.loop import train
 
 ROOT = Path(__file__).resolve().parent.parent
 

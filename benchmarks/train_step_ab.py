@@ -30,11 +30,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-import transduce.model as model_module
 from transduce.config import load_config
 from transduce.data import prepare
-from transduce.optim import build_optimizer
-from transduce.train import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, TranslationTask, keep_freed_memory
+from transduce.model import cpu_speed
+from transduce.model.cpu_speed import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, BitDropout, keep_freed_memory
+from transduce.tasks.translation import TranslationTask
+from transduce.training.optim import build_optimizer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,19 +55,21 @@ def main() -> None:
     task = TranslationTask(config, data)
 
     use_torch_dropout = {"on": False}
-    ours = model_module.Dropout.forward
+    ours = BitDropout.forward
 
     def switchable(self, x):
         return F.dropout(x, self.p, self.training) if use_torch_dropout["on"] else ours(self, x)
 
-    model_module.Dropout.forward = switchable
+    BitDropout.forward = switchable
     libc = ctypes.CDLL("libc.so.6") if args.feature == "malloc" else None
     variants = []
     for name in ("A", "B") if args.feature != "malloc" else ("A",):
         torch.manual_seed(0)
-        model = task.build_model().train()
-        if name == "A" and args.feature == "workspace":
-            model.logits_workspace = False
+        model = cpu_speed.apply(task.build_model(), workspace_rows=args.max_tokens).train()
+        if name == "A" and args.feature == "workspace":  # the plain projection, with the same (tied) weight
+            weight = model.output.weight
+            model.output = torch.nn.Linear(weight.size(1), weight.size(0), bias=False)
+            model.output.weight = weight
         optimizer = build_optimizer(model, config.train)
         for group in optimizer.param_groups:
             group["lr"] = 1e-4

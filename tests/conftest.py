@@ -100,9 +100,9 @@ def untrained_classifier(tokenizer_path: Path, labels: list[str]):
     """An untrained classifier on a run's tokenizer: enough to exercise serving routes and the page."""
     import torch
 
-    from transduce.classify import Classifier, ClassifierRunConfig, HeadConfig, TransformerClassifier
+    from transduce.tasks.classification import Classifier, ClassifierRunConfig, HeadConfig, TransformerClassifier
     from transduce.config import ModelConfig
-    from transduce.tokenizer import Tokenizer
+    from transduce.data.tokenizer import Tokenizer
 
     torch.manual_seed(0)
     tokenizer = Tokenizer(tokenizer_path)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import ROOT, run_cli
-from transduce.classify import (ClassifierRunConfig, ClassifyDataConfig, HeadConfig, TransformerClassifier,
+from transduce.tasks.classification import (ClassifierRunConfig, ClassifyDataConfig, HeadConfig, TransformerClassifier,
                                 read_labelled, truncate)
 from transduce.config import ConfigError, ModelConfig, load_config
 from transduce.data import DataError
@@ -128,7 +128,7 @@ def test_train_predict_evaluate_end_to_end(toy):
 @pytest.mark.parametrize("pooling", ["cls", "flatten"])
 def test_other_poolings_learn(toy, pooling):
     tmp_path, train, _ = toy
-    from transduce.classify import train_classifier
+    from transduce.tasks.classification import train_classifier
 
     config = load_config(recipe(tmp_path, train, pooling, epochs=5), (), ClassifierRunConfig)
     train_classifier(config, tmp_path / pooling, quiet=True)

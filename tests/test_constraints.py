@@ -8,7 +8,7 @@ import torch
 
 from test_search import FakeCache  # the same stand-in cache as the search tests
 from transduce.decoding.constraints import TreeConstraint, min_output_length
-from transduce.search import beam_search, greedy_search
+from transduce.decoding.search import beam_search, greedy_search
 from transduce.tasks.trees import (
     SPECIALS,
     Tree,
@@ -17,7 +17,7 @@ from transduce.tasks.trees import (
     delinearize,
     parse_tree,
 )
-from transduce.tokenizer import EOS_ID, PAD_ID
+from transduce.data.tokenizer import EOS_ID, PAD_ID
 
 TREES = [parse_tree("(ROOT (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))"),
          parse_tree("(ROOT (NP (NP (NN a)) (PP (IN of) (NP (NNS b)))))")]

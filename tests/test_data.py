@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transduce.batching import make_batches, padding_efficiency, update_groups
+from transduce.data.batching import make_batches, padding_efficiency, update_groups
 from transduce.cli import main
 from transduce.config import DataConfig
 from transduce.data import DataError, collate, prepare, read_lines
-from transduce.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transduce.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 WORDS = "the a small big red blue dog cat house tree runs sees walks near under over".split()
 

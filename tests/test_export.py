@@ -9,7 +9,7 @@ import pytest
 from transduce.outputs import OutputError
 import torch
 
-from transduce.checkpoint import save_weights
+from transduce.training.checkpoint import save_weights
 from transduce.config import Config, ModelConfig, read_config, save_config
 from transduce.export import (
     CTranslate2Translator,
@@ -18,8 +18,8 @@ from transduce.export import (
     is_export,
 )
 from transduce.model import Transformer
-from transduce.tokenizer import BOS_ID, EOS_ID, Tokenizer
-from transduce.translate import Translator
+from transduce.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from transduce.decoding.translator import Translator
 
 pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'transduce[export]')")
 

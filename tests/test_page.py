@@ -62,7 +62,7 @@ def chromium_browser():
 
 @pytest.fixture(scope="module")
 def translator(trained_run):
-    from transduce.translate import Translator
+    from transduce.decoding.translator import Translator
 
     return Translator.from_run(trained_run[0])
 

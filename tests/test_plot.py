@@ -4,7 +4,7 @@ import torch
 
 from conftest import run_cli
 from transduce.plot import plot_attention, plot_curves, plot_token_attention, read_metrics
-from transduce.translate import Translator
+from transduce.decoding.translator import Translator
 
 
 def _png_size(path):

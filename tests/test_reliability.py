@@ -23,7 +23,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import tiny_recipe  # noqa: E402
 from test_classify import toy_rows, write_tsv  # noqa: E402
-from test_data import write_corpus  # noqa: E402
 
 from transduce.cli import main  # noqa: E402
 

@@ -6,8 +6,8 @@ import torch
 
 from conftest import run_cli
 from transduce import ModelConfig, Transformer
-from transduce.search import beam_search, greedy_search, length_penalty
-from transduce.tokenizer import EOS_ID
+from transduce.decoding.search import beam_search, greedy_search, length_penalty
+from transduce.data.tokenizer import EOS_ID
 
 A, B = 4, 5
 V = 6
@@ -150,7 +150,7 @@ def test_cached_greedy_equals_uncached_greedy():
 
 
 def test_beam_returns_nbest_sorted(trained_run):
-    from transduce.translate import Translator
+    from transduce.decoding.translator import Translator
 
     run, corpus = trained_run
     translator = Translator.from_run(run)
@@ -162,7 +162,7 @@ def test_beam_returns_nbest_sorted(trained_run):
 
 
 def test_translator_keeps_input_order_and_empty_lines(trained_run):
-    from transduce.translate import Translator
+    from transduce.decoding.translator import Translator
 
     run, corpus = trained_run
     translator = Translator.from_run(run)

@@ -24,7 +24,7 @@ LIMITS = Limits(max_sentences=8, max_chars=200, max_body_bytes=20_000, max_beam=
 
 @pytest.fixture(scope="module")
 def translator(trained_run):
-    from transduce.translate import Translator
+    from transduce.decoding.translator import Translator
 
     return Translator.from_run(trained_run[0])
 

@@ -192,7 +192,7 @@ def test_vocab_is_closed_and_ordered():
 
 
 def test_specials_share_the_tokenizer_ids():
-    from transduce.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+    from transduce.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
     assert [SPECIALS.index(s) for s in ("<pad>", "<unk>", "<s>", "</s>")] == [PAD_ID, UNK_ID, BOS_ID, EOS_ID]
 

@@ -163,6 +163,7 @@ class TrainConfig:
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
     compile: bool = False
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
+    cpu_speed: bool = True  # on CPU, apply model/cpu_speed.py (faster dropout masks, logits workspace, malloc)
 
     def __post_init__(self) -> None:
         if self.lr_schedule not in ("noam", "inverse_sqrt", "constant", "linear"):
@@ -336,7 +337,7 @@ def apply_overrides(raw: dict, overrides: typing.Sequence[str], cls=Config):
 
 
 def save_config(config, path: Path) -> None:
-    from .checkpoint import atomic_write_text
+    from .training.checkpoint import atomic_write_text
 
     atomic_write_text(path, json.dumps(dataclasses.asdict(config), indent=2) + "\n")
 

@@ -87,8 +87,8 @@ def demo_config(data_dir: Path, overrides=()) -> Config:
 
 def run_demo(out_dir: str | Path = "runs/demo", *, overrides=(), samples: int = 5, quiet: bool = False) -> float:
     """Generate, train, decode the held-out numbers; print samples and exact match. Returns the exact-match rate."""
-    from .train import train
-    from .translate import Translator
+    from .training.loop import train
+    from .decoding.translator import Translator
 
     out_dir = claim_folder(out_dir, "run", task="translation")  # new, empty or an earlier demo: never a user's
     start = time.perf_counter()

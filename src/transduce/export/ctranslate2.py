@@ -57,13 +57,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from ..checkpoint import find_weights, load_weights
+from ..training.checkpoint import find_weights, load_weights
 from ..config import ConfigError, DecodeConfig, ModelConfig, read_config
 from ..model import Transformer
 from ..outputs import MANIFEST, atomic_folder, check_replaceable, read_manifest
-from ..search import length_penalty
-from ..tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from ..translate import Translation
+from ..decoding.search import length_penalty
+from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from ..decoding.translator import Translation
 
 KIND = "ctranslate2-export"  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
 FORMAT_VERSION = 1

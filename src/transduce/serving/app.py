@@ -434,7 +434,7 @@ ENGINES = ("torch", "ctranslate2")
 
 def _run_config(run: str | Path, engine: str) -> tuple[str, dict[str, Any]]:
     """The run's name and saved config ({} for a CTranslate2 export folder, which keeps no run config)."""
-    from ..checkpoint import find_weights
+    from ..training.checkpoint import find_weights
 
     if engine == "ctranslate2":
         from ..export.ctranslate2 import is_export
@@ -453,13 +453,13 @@ def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "aut
     if "head" in config:
         if engine != "torch":
             raise ValueError("classifier runs are served with the torch engine only")
-        from ..classify import Classifier
+        from ..tasks.classification import Classifier
         predictor = Classifier.from_run(run, device=device)
     elif engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Translator
         predictor = CTranslate2Translator.from_run(run, device=device)
     else:
-        from ..translate import Translator
+        from ..decoding.translator import Translator
         predictor = Translator.from_run(run, device=device)
     data = config.get("data", {})
     metadata: dict[str, Any] = {"run": name}

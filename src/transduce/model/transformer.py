@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import ConfigError, ModelConfig
+from ..config import ConfigError, ModelConfig
 
 
 # §3.5 Positional encoding ------------------------------------------------------------------------------------------
@@ -131,49 +130,6 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out)
 
 
-# §5.4 Residual dropout ----------------------------------------------------------------------------------------------
-def _keep_thresholds(keep: float) -> Tensor:
-    """Comparison thresholds for the four int16 pieces of one non-negative int64 (63 random bits, little-endian):
-    three pieces are uniform over [-32768, 32767], the most significant one over [0, 32767]."""
-    t16 = min(round(keep * 65536) - 32768, 32767)  # P(piece < t16) = keep, to within 2^-17 (rounding)
-    t15 = min(round(keep * 32768), 32767)  # P(piece < t15) = keep, to within 2^-16
-    pieces = [t16, t16, t16, t15] if sys.byteorder == "little" else [t15, t16, t16, t16]
-    return torch.tensor(pieces, dtype=torch.int16)
-
-
-class Dropout(nn.Module):
-    """Inverted dropout: zero each element with probability p, scale the rest by 1 / (1 - p).
-
-    On CUDA (and in eval mode) this is `F.dropout`. On CPU, torch draws a dropout mask one element at a time from
-    its Mersenne-Twister generator through a generic Bernoulli sampler (MKL's vectorised sampler is only used on
-    Intel processors): 10-15 ms for a 4,700 x 256 activation on this project's AMD machine. Here each 64-bit draw
-    of the same generator gives four mask bits instead of one: its four 16-bit pieces
-    are compared with a threshold, so the drop probability is p to within 2^-16 (5 ms for the same tensor, mask and
-    product included; a training step 1.07x faster, benchmarks/train_step_ab.py). Seeding and resuming go through
-    torch's generator as before.
-    """
-
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {p}")
-        self.p = p
-        self.thresholds = _keep_thresholds(1.0 - p)  # CPU only, and not a buffer (DDP would broadcast int16)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        if x.device.type != "cpu":
-            return F.dropout(x, self.p, training=True)
-        n = x.numel()
-        words = torch.empty((n + 3) // 4, dtype=torch.int64).random_()  # 63 uniform random bits each
-        keep = (words.view(torch.int16).view(-1, 4) < self.thresholds).view(-1)[:n].view(x.shape)
-        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-
 # §3.3 Position-wise feed-forward network ---------------------------------------------------------------------------
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W1 + b1) W2 + b2 (Eq. 2)."""
@@ -193,7 +149,7 @@ class SublayerConnection(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.dropout)
+        self.dropout = nn.Dropout(config.dropout)  # §5.4 residual dropout (cpu_speed.py has a faster CPU one)
         self.norm_first = config.norm_first
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
@@ -252,7 +208,7 @@ class Embedding(nn.Module):
             self.learned = nn.Embedding(config.max_len, config.d_model)
         else:
             self.register_buffer("pe", sinusoidal_encoding(config.max_len, config.d_model), persistent=False)
-        self.dropout = Dropout(config.dropout)
+        self.dropout = nn.Dropout(config.dropout)
         self.max_len = config.max_len
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
@@ -361,24 +317,6 @@ def init_parameters(root: nn.Module, d_model: int) -> None:
                     module.weight[module.padding_idx].zero_()
 
 
-class _ProjectIntoWorkspace(torch.autograd.Function):
-    """h (N, D) @ W^T (D, V) written into a tensor that lives across training steps (see `logits_workspace`)."""
-
-    @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, owner: "Transformer") -> Tensor:
-        n, vocab = h.size(0), weight.size(0)
-        if owner._workspace is None or owner._workspace.numel() < n * vocab or owner._workspace.dtype != h.dtype:
-            # sized for the largest batch to come at once: every regrowth is a fresh block to page in
-            owner._workspace = h.new_empty(max(n, owner.workspace_rows) * vocab)
-        ctx.save_for_backward(h, weight)
-        return torch.mm(h, weight.t(), out=owner._workspace[: n * vocab].view(n, vocab))
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        h, weight = ctx.saved_tensors
-        return grad @ weight, grad.t() @ h, None
-
-
 class Transformer(nn.Module):
     """Encoder-decoder Transformer. `forward(src, tgt_in) -> logits (B, T, V)`.
 
@@ -402,13 +340,6 @@ class Transformer(nn.Module):
         init_parameters(self, config.d_model)
         if config.tie_embeddings:
             self.output.weight = tgt_tokens.weight
-        # On CPU a fresh (N, V) logits tensor costs a page fault per 4 KB every step (the pre-softmax projection then
-        # runs at ~70% of its speed into warm memory). The training loop sets this flag: forward(..., positions) then
-        # writes the logits into one workspace kept across steps. Each call overwrites the previous call's logits.
-        # `workspace_rows`: how many rows to reserve when it is first made (the loop's max_tokens bounds N).
-        self.logits_workspace = False
-        self.workspace_rows = 0
-        self._workspace: Tensor | None = None
 
     def pad_mask(self, tokens: Tensor) -> Tensor:
         return tokens.eq(self.config.pad_id)  # (B, L), True = padding
@@ -427,8 +358,6 @@ class Transformer(nn.Module):
             return self.decode(tgt_in, memory, self.pad_mask(src))  # (B, T, V)
         h = self.decoder(tgt_in, memory, self.pad_mask(src))  # (B, T, D)
         h = h.reshape(-1, h.size(-1)).index_select(0, positions)  # (N, D)
-        if self.logits_workspace and h.device.type == "cpu":
-            return _ProjectIntoWorkspace.apply(h, self.output.weight, self)  # (N, V)
         return self.output(h)  # (N, V)
 
     def start_decoding(self, memory: Tensor, src_pad_mask: Tensor) -> DecoderCache:

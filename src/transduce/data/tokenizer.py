@@ -64,7 +64,7 @@ class Tokenizer:
         return self.sp.encode(self.normalize(text), out_type=str)
 
     def copy_to(self, path: Path) -> None:
-        from .outputs import atomic_write
+        from ..outputs import atomic_write
 
         atomic_write(path, lambda tmp: shutil.copyfile(self.path, tmp))
         meta = self.path.with_suffix(".json")

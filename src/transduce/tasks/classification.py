@@ -13,22 +13,24 @@ import hashlib
 import json
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .batching import make_batches
-from .checkpoint import find_weights, load_weights
-from .config import ConfigError, ModelConfig, TrainConfig, read_config, save_config
-from .data import DataError, TokenArrays, file_digest, read_lines, resolve_path
-from .outputs import atomic_folder
-from .model import Encoder, init_parameters
-from .tokenizer import BOS_ID, PAD_ID, Tokenizer
-from .translate import pick_device
+from ..data.batching import make_batches
+from ..training.checkpoint import find_weights, load_weights
+from ..config import ConfigError, ModelConfig, TrainConfig, read_config, save_config
+from ..data import DataError, TokenArrays, file_digest, read_lines, resolve_path
+from ..outputs import atomic_folder
+from ..model import Encoder, init_parameters
+from ..data.tokenizer import BOS_ID, PAD_ID, Tokenizer
+from ..decoding.translator import pick_device
 
 POOLINGS = ("mean", "cls", "flatten")
 
@@ -193,7 +195,7 @@ def prepare_classification(config: ClassifierRunConfig, out_dir: Path, log=print
 
     `frozen` (a run being resumed): a cache whose inputs changed is refused, naming the file, not prepared again.
     """
-    from .data import changed_inputs
+    from ..data import changed_inputs
 
     d = config.data
     if not d.train:
@@ -266,13 +268,46 @@ def collate_labelled(split: LabelledSplit, indices: np.ndarray, *, pad_to: int |
 
 
 class ClassificationTask:
-    """The classifier's batches, loss and validation, for train.run_training."""
+    """The classifier's batches, loss and validation, for the shared training loop (tasks/base.py's Task)."""
 
-    metrics = {"loss": ("valid_loss", False), "accuracy": ("valid_accuracy", True)}
-    unit = "examples"
+    name: ClassVar[str] = "classification"
+    config_class: ClassVar[type] = ClassifierRunConfig
+    metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False),
+                                                      "accuracy": ("valid_accuracy", True)}
+    unit: ClassVar[str] = "examples"
+
+    @classmethod
+    def prepare(cls, config: ClassifierRunConfig, run_dir: Path, *, main: bool, log: Callable[[str], None],
+                barrier: Callable[[], None]) -> ClassificationTask:
+        """Check a resumed run's settings, prepare the data (rank 0, then the others read its cache), fill in the
+        vocabulary size and the classes, write config.json and the tokenizer."""
+        saved = run_dir / "config.json"
+        if saved.is_file():
+            _same_classifier_run(read_config(saved, ClassifierRunConfig), config)
+        frozen = (run_dir / "tokenizer.model").is_file()
+        if main:
+            prepare_classification(config, run_dir / "data", log=log, frozen=frozen)
+        barrier()
+        tokenizer, classes, _ = prepare_classification(config, run_dir / "data", log=lambda _: None, frozen=True)
+        if config.model.vocab_size and config.model.vocab_size != tokenizer.vocab_size:
+            raise ConfigError(f"model.vocab_size is {config.model.vocab_size} but the tokenizer has "
+                              f"{tokenizer.vocab_size} pieces")
+        config = dataclasses.replace(
+            config, model=dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size,
+                                              max_len=max(config.model.max_len, config.data.max_len)),
+            head=dataclasses.replace(config.head, n_classes=len(classes)))
+        if main:
+            save_config(config, saved)
+            tokenizer.copy_to(run_dir / "tokenizer.model")
+        return cls(config, run_dir / "data")
+
+    def predictor(self, model: TransformerClassifier) -> Classifier:
+        return Classifier(model, self.tokenizer, self.labels, self.config)
 
     def __init__(self, config: ClassifierRunConfig, data_dir: Path) -> None:
         self.config = config
+        self.tokenizer = Tokenizer(data_dir / "tokenizer.model")
+        self.labels: list[str] = json.loads((data_dir / "summary.json").read_text(encoding="utf-8"))["labels"]
         self.train_split = load_split(data_dir, "train")
         self.valid_split = load_split(data_dir, "valid")
         self.has_validation = len(self.valid_split.labels) > 0
@@ -329,36 +364,10 @@ def predict_split(model, split: LabelledSplit, device, *, max_tokens: int, pad_t
 
 
 def train_classifier(config: ClassifierRunConfig, run_dir: str | Path, *, quiet: bool = False) -> dict:
-    import torch.distributed as dist
+    """Train (or resume) a classifier: the shared loop (training/loop.py) with a ClassificationTask."""
+    from ..training.loop import train
 
-    from .train import RunLog, open_run, run_training, setup_distributed
-
-    run_dir = Path(run_dir)
-    ranks, device = setup_distributed(config.train.device)
-    with open_run(run_dir, ranks, "classification"):
-        runlog = RunLog(run_dir, ranks.main, quiet)
-        saved = run_dir / "config.json"
-        if saved.is_file():
-            _same_classifier_run(read_config(saved, ClassifierRunConfig), config)
-        frozen = (run_dir / "tokenizer.model").is_file()
-        if ranks.main:  # rank 0 prepares; the others wait, then read the cache it made
-            prepare_classification(config, run_dir / "data", log=runlog.text, frozen=frozen)
-        if ranks.world_size > 1:
-            dist.barrier()
-        tokenizer, classes, _ = prepare_classification(config, run_dir / "data", log=lambda _: None, frozen=True)
-        if config.model.vocab_size and config.model.vocab_size != tokenizer.vocab_size:
-            raise ConfigError(f"model.vocab_size is {config.model.vocab_size} but the tokenizer has "
-                              f"{tokenizer.vocab_size} pieces")
-        config = dataclasses.replace(
-            config, model=dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size,
-                                              max_len=max(config.model.max_len, config.data.max_len)),
-            head=dataclasses.replace(config.head, n_classes=len(classes)))
-        if ranks.main:
-            save_config(config, saved)
-            tokenizer.copy_to(run_dir / "tokenizer.model")
-        task = ClassificationTask(config, run_dir / "data")
-        result = run_training(task, config.train, run_dir, ranks=ranks, device=device, runlog=runlog, quiet=quiet)
-    return {**result, "config": config, "labels": classes}
+    return train(config, run_dir, quiet=quiet)
 
 
 def _same_classifier_run(old: ClassifierRunConfig, new: ClassifierRunConfig) -> None:

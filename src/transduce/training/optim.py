@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .config import TrainConfig
+from ..config import TrainConfig
 
 
 def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:

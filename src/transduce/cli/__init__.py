@@ -12,14 +12,14 @@ MAX_BATCH_TOKENS = 1_000_000
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from .checkpoint import CheckpointError
-    from .config import ConfigError
-    from .data import DataError
-    from .export.ctranslate2 import ExportError  # does not import ctranslate2 itself
-    from .outputs import OutputError
-    from .tasks.trees import TreeError
-    from .tokenizer import TokenizerError
-    from .train import TrainingError
+    from ..training.checkpoint import CheckpointError
+    from ..config import ConfigError
+    from ..data import DataError
+    from ..export.ctranslate2 import ExportError  # does not import ctranslate2 itself
+    from ..outputs import OutputError
+    from ..tasks.trees import TreeError
+    from ..data.tokenizer import TokenizerError
+    from ..training.loop import TrainingError
 
     return (ConfigError, DataError, CheckpointError, TokenizerError, TrainingError, OutputError, ExportError,
             TreeError)
@@ -35,13 +35,13 @@ def _environment_error(err: OSError) -> str:
 
 def _input_path(path: str | None) -> Path:
     """A command's input file: "-" (stdin) when None; relative paths also looked up under TRANSDUCE_DATA."""
-    from .data import resolve_path
+    from ..data import resolve_path
 
     return Path("-") if path in (None, "-") else resolve_path(path)
 
 
 def _check_decoding(args) -> None:
-    from .config import ConfigError
+    from ..config import ConfigError
 
     beam, nbest = args.beam, getattr(args, "nbest", 1)
     if beam is not None and not 1 <= beam <= MAX_BEAM:
@@ -58,15 +58,15 @@ def _check_decoding(args) -> None:
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
+    from ..demo import run_demo
 
     run_demo(args.out, overrides=args.set)
     return 0
 
 
 def cmd_prepare(args) -> int:
-    from .config import DataConfig
-    from .data import prepare
+    from ..config import DataConfig
+    from ..data import prepare
 
     options = {"train": args.train, "valid": args.valid or "", "test": tuple(args.test), "src": args.src,
                "tgt": args.tgt}
@@ -78,8 +78,8 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .config import ConfigError, apply_overrides, load_config, read_config
-    from .train import train
+    from ..config import ConfigError, apply_overrides, load_config, read_config
+    from ..training.loop import train
 
     if args.recipe is None:
         saved = Path(args.out) / "config.json"
@@ -97,7 +97,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_average(args) -> int:
-    from .checkpoint import average_run
+    from ..training.checkpoint import average_run
 
     out = average_run(args.run, args.last, args.output)
     print(f"averaged the last {args.last} checkpoints of {args.run} into {out}")
@@ -105,13 +105,13 @@ def cmd_average(args) -> int:
 
 
 def cmd_translate(args) -> int:
-    from .data import read_lines
-    from .translate import Translator
+    from ..data import read_lines
+    from ..decoding.translator import Translator
 
     _check_decoding(args)
     lines = read_lines(_input_path(args.input), errors=args.errors, allow_empty=True)
     if args.engine == "ctranslate2":
-        from .export.ctranslate2 import CTranslate2Translator
+        from ..export.ctranslate2 import CTranslate2Translator
 
         translator = CTranslate2Translator.from_run(args.run, device=args.device)
         max_len = translator.max_len
@@ -139,10 +139,10 @@ def cmd_translate(args) -> int:
 def cmd_evaluate(args) -> int:
     import time
 
-    from .data import DataError, read_lines
-    from .metrics import score
-    from .outputs import atomic_write_text, refuse_existing_file
-    from .translate import Translator
+    from ..data import DataError, read_lines
+    from ..metrics import score
+    from ..outputs import atomic_write_text, refuse_existing_file
+    from ..decoding.translator import Translator
 
     _check_decoding(args)
     src, ref = _input_path(args.src), _input_path(args.ref)
@@ -166,8 +166,8 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_score(args) -> int:
-    from .data import DataError, read_lines
-    from .metrics import score
+    from ..data import DataError, read_lines
+    from ..metrics import score
 
     hyp, ref = _input_path(args.hyp), _input_path(args.ref)
     hyps, refs = read_lines(hyp, errors=args.errors), read_lines(ref, errors=args.errors)
@@ -178,8 +178,8 @@ def cmd_score(args) -> int:
 
 
 def cmd_attention(args) -> int:
-    from .plot import plot_attention, plot_token_attention
-    from .translate import Translator
+    from ..plot import plot_attention, plot_token_attention
+    from ..decoding.translator import Translator
 
     translator = Translator.from_run(args.run, device=args.device)
     _check_picture_input(translator, args.src, args.tgt)
@@ -188,7 +188,7 @@ def cmd_attention(args) -> int:
     heads = translator.model.config.n_heads
     for head in args.head or []:
         if not 0 <= head < heads:
-            from .config import ConfigError
+            from ..config import ConfigError
 
             raise ConfigError(f"--head {head}: the model has heads 0 to {heads - 1}")
     maps = translator.attention(args.src, args.tgt)
@@ -210,7 +210,7 @@ def cmd_attention(args) -> int:
 
 def _layer_index(layer: int, n_layers: int) -> int:
     """1-based from the start, or negative from the end -> 0-based; 0 and out-of-range layers are refused."""
-    from .config import ConfigError
+    from ..config import ConfigError
 
     if layer == 0 or not -n_layers <= layer <= n_layers:
         raise ConfigError(f"--layer {layer}: the model has layers 1 to {n_layers} (or -1 to -{n_layers} from the "
@@ -220,8 +220,8 @@ def _layer_index(layer: int, n_layers: int) -> int:
 
 def _check_picture_input(translator, source: str, target: str | None) -> None:
     """A heatmap has one row and column per piece: refuse sentences that would make unreadable, unbounded pictures."""
-    from .config import ConfigError
-    from .plot import MAX_PIECES
+    from ..config import ConfigError
+    from ..plot import MAX_PIECES
 
     for side, text in (("--src", source), ("--tgt", target)):
         if text is None:
@@ -235,7 +235,7 @@ def _check_picture_input(translator, source: str, target: str | None) -> None:
 
 
 def _find_token(pieces: list[str], token: str) -> int:
-    from .config import ConfigError
+    from ..config import ConfigError
 
     if token.lstrip("-").isdigit():
         index = int(token)
@@ -249,10 +249,10 @@ def _find_token(pieces: list[str], token: str) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .data import DataError
-    from .plot import plot_curves
+    from ..data import DataError
+    from ..plot import plot_curves
 
-    from .plot import check_picture_target
+    from ..plot import check_picture_target
 
     check_picture_target(args.out)
     for run in args.runs:
@@ -264,17 +264,17 @@ def cmd_plot(args) -> int:
 
 
 def cmd_classify_train(args) -> int:
-    from .classify import ClassifierRunConfig, train_classifier
-    from .config import load_config
+    from ..tasks.classification import ClassifierRunConfig, train_classifier
+    from ..config import load_config
 
     train_classifier(load_config(args.recipe, args.set, ClassifierRunConfig), args.out)
     return 0
 
 
 def cmd_classify_predict(args) -> int:
-    from .classify import Classifier
+    from ..tasks.classification import Classifier
 
-    from .data import read_lines
+    from ..data import read_lines
 
     lines = read_lines(_input_path(args.input), errors=args.errors, allow_empty=True)
     classifier = Classifier.from_run(args.run, device=args.device)
@@ -291,16 +291,16 @@ def cmd_classify_predict(args) -> int:
 
 
 def cmd_classify_evaluate(args) -> int:
-    from .classify import Classifier, evaluate_file
+    from ..tasks.classification import Classifier, evaluate_file
 
-    from .data import resolve_path
+    from ..data import resolve_path
 
     evaluate_file(Classifier.from_run(args.run, device=args.device), str(resolve_path(args.data)))
     return 0
 
 
 def cmd_export(args) -> int:
-    from .export.ctranslate2 import export_ctranslate2
+    from ..export.ctranslate2 import export_ctranslate2
 
     out = export_ctranslate2(args.run, args.out, quantization=args.quantization)
     print(f"exported {args.run} to {out} (CTranslate2, {args.quantization or 'float32'})")
@@ -308,10 +308,10 @@ def cmd_export(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from .config import ConfigError
+    from ..config import ConfigError
 
     try:
-        from .serving import Limits, serve
+        from ..serving import Limits, serve
     except ImportError as err:
         raise ConfigError(f"the server needs FastAPI and uvicorn ({err.name} is missing): "
                           "pip install 'transduce[serve]'") from None
@@ -322,7 +322,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_evalb(args) -> int:
-    from .tasks.evalb import evalb_command
+    from ..tasks.evalb import evalb_command
 
     sys.stdout.write(evalb_command(_input_path(args.gold), _input_path(args.test), args.params, strict=args.strict,
                                    per_sentence=args.per_sentence))

@@ -9,17 +9,17 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .checkpoint import find_weights, load_weights
-from .config import DecodeConfig, read_config
-from .model import Transformer
+from ..training.checkpoint import find_weights, load_weights
+from ..config import DecodeConfig, read_config
+from ..model import Transformer
 from .search import beam_search, greedy_search
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 
 def pick_device(name: str = "auto") -> torch.device:
     """"auto" (CUDA when present, else CPU), "cpu", "cuda", "cuda:N"; anything else, or a GPU that is not there,
     is a ConfigError (one line), not a traceback at the first tensor moved."""
-    from .config import ConfigError
+    from ..config import ConfigError
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -115,7 +115,7 @@ class Translator:
         penalty = d.length_penalty if length_penalty is None else length_penalty
         batch_tokens = d.batch_tokens if batch_tokens is None else batch_tokens
         if not 1 <= nbest <= beam:
-            from .config import ConfigError
+            from ..config import ConfigError
 
             raise ConfigError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
         results: list[list[Translation]] = [[] for _ in sentences]

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def length_penalty(length: Tensor | float, *, kind: str, alpha: float) -> Tensor | float:

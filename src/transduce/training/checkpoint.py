@@ -22,7 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file, save_model
 
-from .outputs import OutputError, atomic_folder, atomic_write, atomic_write_text, remove_own_folder
+from ..outputs import OutputError, atomic_folder, atomic_write, atomic_write_text, remove_own_folder
 
 __all__ = ["CheckpointError", "atomic_write_text", "save_weights", "load_weights", "save_checkpoint",
            "load_checkpoint", "checkpoint_dirs", "average_run", "find_weights"]

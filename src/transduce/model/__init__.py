@@ -1,0 +1,5 @@
+"""The Transformer (transformer.py, in the paper's order) and the opt-in CPU speed measures (cpu_speed.py)."""
+
+from .transformer import Encoder, Transformer, init_parameters, sinusoidal_encoding
+
+__all__ = ["Encoder", "Transformer", "init_parameters", "sinusoidal_encoding"]

@@ -1,0 +1,143 @@
+"""Opt-in speed measures for training on CPU, kept apart so that transformer.py reads as the paper.
+
+The training loop applies them (`apply`) when it trains on CPU and `train.cpu_speed` is true (the default); they
+change how fast a step runs, not what it computes (dropout draws a different random stream). Each is justified by
+a measurement of `benchmarks/train_step_ab.py`, which runs one step with the measure off and on, batches
+interleaved, in one process (BENCHMARKS.md, 2 AMD EPYC cores, m30k-d256 on Multi30k, 4,500 tokens per batch):
+
+| measure                                    | step speed-up measured          |
+|--------------------------------------------|---------------------------------|
+| `BitDropout`: four mask bits per draw      | 1.077 (`train_step_ab.py dropout`)   |
+| `WorkspaceLinear`: logits kept across steps| 1.017 and 1.079 (`... workspace`)    |
+| `keep_freed_memory`: glibc keeps freed     | 1.073 (`... malloc`)                 |
+| blocks instead of returning them           |                                 |
+
+The label-smoothed loss's `reuse_logits` (training/loss.py) belongs with the workspace: it turns the logits into
+their gradient in place (128 -> 97 ms for 4,693 x 8,000 logits).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .transformer import Transformer
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3) parameters, from <malloc.h>
+
+
+def apply(model: nn.Module, *, workspace_rows: int) -> nn.Module:
+    """Every measure, on a model about to be trained on CPU: its dropout modules become `BitDropout`, a
+    Transformer's output projection a `WorkspaceLinear` reserved for `workspace_rows` rows, and glibc keeps freed
+    memory. Returns the model (changed in place; parameters and state_dict keys are unchanged)."""
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if type(child) is nn.Dropout:
+                setattr(module, name, BitDropout(child.p))
+    if isinstance(model, Transformer):
+        model.output = WorkspaceLinear(model.output.weight, rows=workspace_rows)
+    keep_freed_memory()
+    return model
+
+
+# Dropout masks --------------------------------------------------------------------------------------------------------
+def _keep_thresholds(keep: float) -> Tensor:
+    """Comparison thresholds for the four int16 pieces of one non-negative int64 (63 random bits, little-endian):
+    three pieces are uniform over [-32768, 32767], the most significant one over [0, 32767]."""
+    t16 = min(round(keep * 65536) - 32768, 32767)  # P(piece < t16) = keep, to within 2^-17 (rounding)
+    t15 = min(round(keep * 32768), 32767)  # P(piece < t15) = keep, to within 2^-16
+    pieces = [t16, t16, t16, t15] if sys.byteorder == "little" else [t15, t16, t16, t16]
+    return torch.tensor(pieces, dtype=torch.int16)
+
+
+class BitDropout(nn.Module):
+    """Inverted dropout (zero with probability p, scale the rest by 1 / (1 - p)), four mask bits per random draw.
+
+    On CPU, torch draws a dropout mask one element at a time from its Mersenne-Twister generator through a generic
+    Bernoulli sampler (MKL's vectorised sampler is only used on Intel processors): 10-15 ms for a 4,700 x 256
+    activation on this project's AMD machine. Here each 64-bit draw of the same generator gives four mask bits:
+    its four 16-bit pieces are compared with a threshold, so the drop probability is p to within 2^-16 (5 ms for
+    the same tensor, mask and product included). Seeding and resuming go through torch's generator as before.
+    On other devices (and in eval mode) it is `F.dropout`.
+    """
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {p}")
+        self.p = p
+        self.thresholds = _keep_thresholds(1.0 - p)  # CPU only, and not a buffer (DDP would broadcast int16)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu":
+            return F.dropout(x, self.p, training=True)
+        n = x.numel()
+        words = torch.empty((n + 3) // 4, dtype=torch.int64).random_()  # 63 uniform random bits each
+        keep = (words.view(torch.int16).view(-1, 4) < self.thresholds).view(-1)[:n].view(x.shape)
+        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+# The logits workspace -------------------------------------------------------------------------------------------------
+class _ProjectIntoWorkspace(torch.autograd.Function):
+    """h (N, D) @ W^T (D, V) written into a tensor that lives across training steps."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, owner: WorkspaceLinear) -> Tensor:
+        n, vocab = h.size(0), weight.size(0)
+        if owner.workspace is None or owner.workspace.numel() < n * vocab or owner.workspace.dtype != h.dtype:
+            # sized for the largest batch to come at once: every regrowth is a fresh block to page in
+            owner.workspace = h.new_empty(max(n, owner.rows) * vocab)
+        ctx.save_for_backward(h, weight)
+        return torch.mm(h, weight.t(), out=owner.workspace[: n * vocab].view(n, vocab))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        h, weight = ctx.saved_tensors
+        return grad @ weight, grad.t() @ h, None
+
+
+class WorkspaceLinear(nn.Module):
+    """The pre-softmax projection (no bias) writing a training batch's (N, V) logits into one tensor kept across
+    steps: on CPU a fresh logits tensor costs a page fault per 4 KB every step (the projection then runs at ~70%
+    of its speed into warm memory). Each training call overwrites the previous one's logits, so the caller must
+    consume them before the next forward (the training loop does). Decoding and evaluation (no gradient, or not
+    2-D, or not on CPU) take the ordinary path. The weight is the model's own Parameter (tied or not)."""
+
+    def __init__(self, weight: nn.Parameter, *, rows: int) -> None:
+        super().__init__()
+        self.weight = weight
+        self.rows = rows  # reserved when the workspace is first made (the loop's max_tokens bounds N)
+        self.workspace: Tensor | None = None
+
+    def forward(self, h: Tensor) -> Tensor:
+        if h.dim() == 2 and h.device.type == "cpu" and torch.is_grad_enabled() and self.training:
+            return _ProjectIntoWorkspace.apply(h, self.weight, self)  # (N, V)
+        return F.linear(h, self.weight)
+
+
+# The allocator --------------------------------------------------------------------------------------------------------
+def keep_freed_memory() -> bool:
+    """On Linux/glibc, let malloc keep and reuse freed blocks up to 32 MB instead of returning them to the OS.
+
+    A training step allocates and frees the same activations every step; by default glibc maps each large one
+    afresh, and the kernel then faults in and zeroes every 4 KB page again (about 100,000 faults per m30k-d256 step).
+    With these two mallopt(3) settings the faults drop twelve-fold. The process keeps its peak memory instead of
+    shrinking between steps. Returns whether applied.
+    """
+    if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
