@@ -10,7 +10,7 @@ TRANSDUCE_DATA ?= $(abspath ../shared/data)
 export TRANSDUCE_DATA
 endif
 
-.PHONY: demo test setup clean
+.PHONY: demo test lint setup clean
 
 # Set-up. Without a GPU, install a CPU build of torch first (the default Linux wheel is a multi-GB CUDA build):
 # the 2.13.0+cpu wheel when pip's configured indexes or wheel folders have it (instant here), else PyTorch's CPU
@@ -30,7 +30,12 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/transduce demo
 
-test: setup
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy
+
+test: setup lint
 	$(PY) -m pytest
 
 clean:

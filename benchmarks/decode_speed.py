@@ -15,8 +15,8 @@ import time
 import torch
 
 from transduce.data import read_lines, resolve_path
-from transduce.metrics import score
 from transduce.decoding.translator import Translator
+from transduce.metrics import score
 
 
 def main() -> None:
@@ -38,13 +38,25 @@ def main() -> None:
         seconds = time.perf_counter() - start
         tokens = sum(len(t) + 1 for t in translator.tokenizer.encode(hyps))  # + EOS, as engines count
         s = score(hyps, references)
-        results.append({"beam": beam, "sentences": len(sources), "seconds": round(seconds, 2),
-                        "sentences_per_s": round(len(sources) / seconds, 1),
-                        "target_tokens_per_s": round(tokens / seconds), "bleu": round(s.bleu, 2),
-                        "chrf": round(s.chrf, 1), "bleu_signature": s.bleu_signature})
+        results.append(
+            {
+                "beam": beam,
+                "sentences": len(sources),
+                "seconds": round(seconds, 2),
+                "sentences_per_s": round(len(sources) / seconds, 1),
+                "target_tokens_per_s": round(tokens / seconds),
+                "bleu": round(s.bleu, 2),
+                "chrf": round(s.chrf, 1),
+                "bleu_signature": s.bleu_signature,
+            }
+        )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"run": args.run, "threads": torch.get_num_threads(), "results": results,
-                      "peak_rss_mb": round(peak_mb)}, indent=2))
+    print(
+        json.dumps(
+            {"run": args.run, "threads": torch.get_num_threads(), "results": results, "peak_rss_mb": round(peak_mb)},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

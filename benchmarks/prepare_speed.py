@@ -17,9 +17,30 @@ from pathlib import Path
 
 def run(out: Path) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "transduce", "prepare", "--train", "multi30k/train", "--valid",
-                    "multi30k/val", "--test", "multi30k/test_2016_flickr", "--src", "en", "--tgt", "de",
-                    "--vocab-size", "8000", "--out", str(out)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "transduce",
+            "prepare",
+            "--train",
+            "multi30k/train",
+            "--valid",
+            "multi30k/val",
+            "--test",
+            "multi30k/test_2016_flickr",
+            "--src",
+            "en",
+            "--tgt",
+            "de",
+            "--vocab-size",
+            "8000",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - start
 
 
@@ -31,9 +52,18 @@ def main() -> None:
     warm = run(out)
     summary = json.loads((out / "summary.json").read_text())
     train = summary["splits"]["train"]
-    print(json.dumps({"cold_s": round(cold, 2), "warm_s": round(warm, 2), "train_pairs": train["sentences"],
-                      "padding_efficiency_4096": train["padding_efficiency"], "vocab_size": summary["vocab_size"]},
-                     indent=2))
+    print(
+        json.dumps(
+            {
+                "cold_s": round(cold, 2),
+                "warm_s": round(warm, 2),
+                "train_pairs": train["sentences"],
+                "padding_efficiency_4096": train["padding_efficiency"],
+                "vocab_size": summary["vocab_size"],
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ import httpx
 
 from transduce.data import read_lines, resolve_path
 
-SERVER = ("from transduce.serving import serve; "
-          "serve({run!r}, host='127.0.0.1', port={port}, batching={batching}, device={device!r}, log_level='warning')")
+SERVER = (
+    "from transduce.serving import serve; "
+    "serve({run!r}, host='127.0.0.1', port={port}, batching={batching}, device={device!r}, log_level='warning')"
+)
 
 
 def free_port() -> int:
@@ -91,10 +93,16 @@ def measure(args: argparse.Namespace, bodies: list[dict], *, batching: bool) -> 
         proc.terminate()
         proc.wait(timeout=60)
     ms = lambda q: round(1000 * percentile(latencies, q), 1)
-    return {"batching": batching, "requests": len(bodies), "failed": failures, "seconds": round(seconds, 2),
-            "requests_per_s": round(len(bodies) / seconds, 1),
-            "sentences_per_s": round(len(bodies) * args.sentences / seconds, 1),
-            "latency_ms": {"p50": ms(50), "p95": ms(95), "p99": ms(99)}, "server_batching": info["batching"]}
+    return {
+        "batching": batching,
+        "requests": len(bodies),
+        "failed": failures,
+        "seconds": round(seconds, 2),
+        "requests_per_s": round(len(bodies) / seconds, 1),
+        "sentences_per_s": round(len(bodies) * args.sentences / seconds, 1),
+        "latency_ms": {"p50": ms(50), "p95": ms(95), "p99": ms(99)},
+        "server_batching": info["batching"],
+    }
 
 
 def main() -> None:
@@ -107,12 +115,24 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
     lines = [line for line in read_lines(resolve_path(args.src)) if line.strip()]
-    bodies = [{"text": [lines[(i * args.sentences + j) % len(lines)] for j in range(args.sentences)]}
-              for i in range(args.requests)]
+    bodies = [
+        {"text": [lines[(i * args.sentences + j) % len(lines)] for j in range(args.sentences)]}
+        for i in range(args.requests)
+    ]
     results = [measure(args, bodies, batching=False), measure(args, bodies, batching=True)]
-    print(json.dumps({"run": args.run, "clients": args.clients, "sentences_per_request": args.sentences,
-                      "cpu_count": os.cpu_count(), "results": results,
-                      "speed_up": round(results[1]["requests_per_s"] / results[0]["requests_per_s"], 2)}, indent=2))
+    print(
+        json.dumps(
+            {
+                "run": args.run,
+                "clients": args.clients,
+                "sentences_per_request": args.sentences,
+                "cpu_count": os.cpu_count(),
+                "results": results,
+                "speed_up": round(results[1]["requests_per_s"] / results[0]["requests_per_s"], 2),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Training throughput of the reference model "m30k-d256" on Multi30k En->De, with model FLOPs utilisation.
 
-m30k-d256 (ANCHORS.md): 3+3 layers, d_model 256, 4 heads, d_ff 1024, joint BPE 8000, ~4,000 target tokens per
-batch, fp32. Runs the real training loop (`transduce.training.loop.train`) for --steps updates, reads the tokens/s it
-logged, skips the first log window (warm-up), and compares the model's FLOPs with an fp32 matmul peak measured in
-the same process.
+m30k-d256 (the model eole was measured with): 3+3 layers, d_model 256, 4 heads, d_ff 1024, joint BPE 8000,
+~4,000 target tokens per batch, fp32. Runs the real training loop (`transduce.training.loop.train`) for --steps
+updates, reads the tokens/s it logged, skips the first log window (warm-up), and compares the model's FLOPs with an
+fp32 matmul peak measured in the same process.
 
     .venv/bin/python benchmarks/train_speed.py [--steps 50] [--max-tokens 4500] [--device cpu]
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from transduce.data.batching import make_batches
 from transduce.config import load_config
 from transduce.data import load_prepared
+from transduce.data.batching import make_batches
 from transduce.model import Transformer
 from transduce.training.loop import train
 
@@ -43,7 +43,7 @@ def matmul_peak(device: torch.device, n: int = 2048, repeats: int = 10) -> float
         if device.type == "cuda":
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
-    return 2 * n ** 3 / best / 1e9
+    return 2 * n**3 / best / 1e9
 
 
 def training_flops(src_len: int, tgt_len: int, rows: int, m) -> float:
@@ -51,9 +51,13 @@ def training_flops(src_len: int, tgt_len: int, rows: int, m) -> float:
     D, F, V = m.d_model, m.d_ff, m.vocab_size
     S, T = src_len * rows, tgt_len * rows  # padded token counts
     enc = m.encoder_layers * (S * 2 * (4 * D * D + 2 * D * F) + rows * 4 * src_len * src_len * D)
-    dec = m.decoder_layers * (T * 2 * (4 * D * D + 2 * D * F)  # self-attention projections and FFN
-                              + T * 2 * 2 * D * D + S * 2 * 2 * D * D  # cross: q, o on target; k, v on memory
-                              + rows * 4 * tgt_len * tgt_len * D + rows * 4 * tgt_len * src_len * D)
+    dec = m.decoder_layers * (
+        T * 2 * (4 * D * D + 2 * D * F)  # self-attention projections and FFN
+        + T * 2 * 2 * D * D
+        + S * 2 * 2 * D * D  # cross: q, o on target; k, v on memory
+        + rows * 4 * tgt_len * tgt_len * D
+        + rows * 4 * tgt_len * src_len * D
+    )
     return 3.0 * (enc + dec + T * 2 * D * V)
 
 
@@ -70,40 +74,61 @@ def main() -> None:
         sys.exit("set TRANSDUCE_DATA (the Makefile does) so that multi30k/ can be found")
 
     out = Path(args.out or tempfile.mkdtemp(prefix="train_speed-"))
-    config = load_config(ROOT / "recipes" / "multi30k.toml", [
-        f"train.max_steps={args.steps}", f"train.max_tokens={args.max_tokens}", "train.log_every=10",
-        "train.valid_every=1000000", "train.save_every=1000000", f"train.device={args.device}",
-        f"train.compile={'true' if args.compile else 'false'}"])
+    config = load_config(
+        ROOT / "recipes" / "multi30k.toml",
+        [
+            f"train.max_steps={args.steps}",
+            f"train.max_tokens={args.max_tokens}",
+            "train.log_every=10",
+            "train.valid_every=1000000",
+            "train.save_every=1000000",
+            f"train.device={args.device}",
+            f"train.compile={'true' if args.compile else 'false'}",
+        ],
+    )
     start = time.perf_counter()
     result = train(config, out, quiet=True)
     wall = time.perf_counter() - start
-    records = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
-    windows = [r for r in records if r["kind"] == "train"][args.skip:]  # early windows include warm-up
+    records = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    windows = [r for r in records if r["kind"] == "train"][args.skip :]  # early windows include warm-up
     tok_s = statistics.median(r["tokens_per_s"] for r in windows)
 
     m = result["config"].model
     data = load_prepared(out / "data")
     corpus = data.splits["train"]
-    batches = make_batches(corpus.src_lengths, corpus.tgt_lengths, max_tokens=args.max_tokens,
-                           seed=config.train.seed, epoch=0)[: args.steps]
-    flops = [training_flops(int(corpus.src_lengths[b].max()), int(corpus.tgt_lengths[b].max()), len(b), m)
-             for b in batches]
+    batches = make_batches(
+        corpus.src_lengths, corpus.tgt_lengths, max_tokens=args.max_tokens, seed=config.train.seed, epoch=0
+    )[: args.steps]
+    flops = [
+        training_flops(int(corpus.src_lengths[b].max()), int(corpus.tgt_lengths[b].max()), len(b), m) for b in batches
+    ]
     tokens = [int(corpus.tgt_lengths[b].sum()) for b in batches]
     flops_per_token = sum(flops) / sum(tokens)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          (args.device if args.device != "auto" else "cpu"))
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else (args.device if args.device != "auto" else "cpu")
+    )
     peak = matmul_peak(device)
     achieved = tok_s * flops_per_token / 1e9
     report = {
-        "model": "m30k-d256", "parameters": Transformer(m).num_parameters(),
-        "steps": args.steps, "max_tokens": args.max_tokens,
+        "model": "m30k-d256",
+        "parameters": Transformer(m).num_parameters(),
+        "steps": args.steps,
+        "max_tokens": args.max_tokens,
         "target_tokens_per_batch": statistics.mean(tokens),
-        "target_tokens_per_s": round(tok_s), "seconds_per_step": round(statistics.mean(tokens) / tok_s, 3),
-        "model_gflop_per_s": round(achieved, 1), "matmul_peak_gflop_per_s": round(peak, 1),
-        "mfu": round(achieved / peak, 3), "wall_s": round(wall, 1), "compile": args.compile,
+        "target_tokens_per_s": round(tok_s),
+        "seconds_per_step": round(statistics.mean(tokens) / tok_s, 3),
+        "model_gflop_per_s": round(achieved, 1),
+        "matmul_peak_gflop_per_s": round(peak, 1),
+        "mfu": round(achieved / peak, 3),
+        "wall_s": round(wall, 1),
+        "compile": args.compile,
         "window_tokens_per_s": [round(r["tokens_per_s"]) for r in windows],
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.processor() or
-        platform.machine(), "device": str(device),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "machine": platform.processor() or platform.machine(),
+        "device": str(device),
     }
     print(json.dumps(report, indent=2))
 

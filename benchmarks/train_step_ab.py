@@ -105,13 +105,15 @@ def main() -> None:
             step(variant, indices)
     times = {"A": [], "B": []}
     for i, indices in enumerate(batches[2 : 2 + args.steps]):
-        for variant in (variants if i % 2 == 0 else variants[::-1]):
+        for variant in variants if i % 2 == 0 else variants[::-1]:
             times[variant[0]].append(step(variant, indices))
     ratios = [a / b for a, b in zip(times["A"], times["B"])]
-    print(f"{args.feature}: A (off) median {statistics.median(times['A']):.3f} s/step, B (on) "
-          f"{statistics.median(times['B']):.3f} s/step; speed-up A/B: median {statistics.median(ratios):.3f}, "
-          f"mean {statistics.mean(ratios):.3f} over {len(ratios)} batches; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"{args.feature}: A (off) median {statistics.median(times['A']):.3f} s/step, B (on) "
+        f"{statistics.median(times['B']):.3f} s/step; speed-up A/B: median {statistics.median(ratios):.3f}, "
+        f"mean {statistics.mean(ratios):.3f} over {len(ratios)} batches; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads"
+    )
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_data import write_corpus  # noqa: E402
+from test_data import write_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,15 +67,22 @@ def toy_corpus(tmp_path):
 
 
 def tiny_recipe(path: Path, corpus: Path, *, steps=40, save_every=10, valid_every=1000, dropout=0.1) -> Path:
-    path.write_text(TINY_RECIPE.format(root=corpus, steps=steps, save_every=save_every, valid_every=valid_every,
-                                       dropout=dropout))
+    path.write_text(
+        TINY_RECIPE.format(root=corpus, steps=steps, save_every=save_every, valid_every=valid_every, dropout=dropout)
+    )
     return path
 
 
 def run_cli(*args, check=True, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "transduce", *args], capture_output=True, text=True, env=env,
-                          cwd=kw.pop("cwd", None), **kw)
+    proc = subprocess.run(
+        [sys.executable, "-m", "transduce", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=kw.pop("cwd", None),
+        **kw,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"transduce {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
@@ -91,8 +98,18 @@ def trained_run(tmp_path_factory):
     write_corpus(corpus, "valid", 40, seed=1)
     write_corpus(corpus, "test", 30, seed=2)
     recipe = tiny_recipe(tmp / "recipe.toml", corpus, steps=250, save_every=50, valid_every=125)
-    run_cli("train", str(recipe), "--out", str(tmp / "run"), "--set", "model.d_model=64",
-            "--set", "model.d_ff=128", "--set", "model.n_layers=2")
+    run_cli(
+        "train",
+        str(recipe),
+        "--out",
+        str(tmp / "run"),
+        "--set",
+        "model.d_model=64",
+        "--set",
+        "model.d_ff=128",
+        "--set",
+        "model.n_layers=2",
+    )
     return tmp / "run", corpus
 
 
@@ -100,14 +117,17 @@ def untrained_classifier(tokenizer_path: Path, labels: list[str]):
     """An untrained classifier on a run's tokenizer: enough to exercise serving routes and the page."""
     import torch
 
-    from transduce.tasks.classification import Classifier, ClassifierRunConfig, HeadConfig, TransformerClassifier
     from transduce.config import ModelConfig
     from transduce.data.tokenizer import Tokenizer
+    from transduce.tasks.classification import Classifier, ClassifierRunConfig, HeadConfig, TransformerClassifier
 
     torch.manual_seed(0)
     tokenizer = Tokenizer(tokenizer_path)
-    config = ClassifierRunConfig(model=ModelConfig(vocab_size=tokenizer.vocab_size, n_layers=1, d_model=16, d_ff=32,
-                                                   n_heads=2, max_len=32, dropout=0.0),
-                                 head=HeadConfig(n_classes=len(labels)))
+    config = ClassifierRunConfig(
+        model=ModelConfig(
+            vocab_size=tokenizer.vocab_size, n_layers=1, d_model=16, d_ff=32, n_heads=2, max_len=32, dropout=0.0
+        ),
+        head=HeadConfig(n_classes=len(labels)),
+    )
     model = TransformerClassifier(config.model, config.head, max_len=config.data.max_len).eval()
     return Classifier(model, tokenizer, labels, config)

@@ -5,13 +5,19 @@ import os
 import numpy as np
 import pytest
 import torch
-
 from conftest import ROOT, run_cli
-from transduce.tasks.classification import (ClassifierRunConfig, ClassifyDataConfig, HeadConfig, TransformerClassifier,
-                                read_labelled, truncate)
+
 from transduce.config import ConfigError, ModelConfig, load_config
 from transduce.data import DataError
 from transduce.model import Encoder
+from transduce.tasks.classification import (
+    ClassifierRunConfig,
+    ClassifyDataConfig,
+    HeadConfig,
+    TransformerClassifier,
+    read_labelled,
+    truncate,
+)
 
 GOOD = "great wonderful superb lovely excellent fine".split()
 BAD = "awful terrible boring dull poor bad".split()
@@ -26,14 +32,13 @@ def toy_rows(n, seed):
         words = list(rng.choice(NEUTRAL, size=int(rng.integers(4, 12))))
         cue = {"pos": GOOD, "neg": BAD, "mixed": GOOD[:2] + BAD[:2]}[label]
         for _ in range(2):
-            words.insert(int(rng.integers(0, len(words))), str(rng.choice(cue)) if label != "mixed" else
-                         "so-so")
+            words.insert(int(rng.integers(0, len(words))), str(rng.choice(cue)) if label != "mixed" else "so-so")
         rows.append((" ".join(words) + " <br /><br />", label))
     return rows
 
 
 def write_tsv(path, rows):
-    path.write_text("".join(f"{t}\t{l}\n" for t, l in rows))
+    path.write_text("".join(f"{t}\t{ln}\n" for t, ln in rows))
     return path
 
 
@@ -104,7 +109,7 @@ def test_classifier_shares_the_encoder_and_pools_without_padding():
 def test_train_predict_evaluate_end_to_end(toy):
     tmp_path, train, test = toy
     run_cli("classify", "train", str(recipe(tmp_path, train)), "--out", str(tmp_path / "run"))
-    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     valid = [r for r in records if r["kind"] == "valid"]
     assert len(valid) == 6 and valid[-1]["valid_accuracy"] >= 0.9  # one validation per epoch
     report = run_cli("classify", "evaluate", str(tmp_path / "run"), "--data", str(test)).stdout
@@ -120,7 +125,7 @@ def test_train_predict_evaluate_end_to_end(toy):
     # resuming through the shared training loop: more epochs continue from the saved step
     steps_before = max(r["step"] for r in records)
     run_cli("classify", "train", str(recipe(tmp_path, train, epochs=7)), "--out", str(tmp_path / "run"))
-    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert max(r["step"] for r in records) > steps_before
     assert "resumed from" in (tmp_path / "run" / "train.log").read_text()
 
@@ -132,8 +137,9 @@ def test_other_poolings_learn(toy, pooling):
 
     config = load_config(recipe(tmp_path, train, pooling, epochs=5), (), ClassifierRunConfig)
     train_classifier(config, tmp_path / pooling, quiet=True)
-    valid = [json.loads(l) for l in (tmp_path / pooling / "metrics.jsonl").read_text().splitlines()
-             if '"valid"' in l]
+    valid = [
+        json.loads(ln) for ln in (tmp_path / pooling / "metrics.jsonl").read_text().splitlines() if '"valid"' in ln
+    ]
     assert valid[-1]["valid_accuracy"] >= 0.8
 
 
@@ -169,7 +175,7 @@ def test_imdb_recipe_parses_and_reads_the_real_data():
     config = load_config(ROOT / "recipes" / "imdb.toml", (), ClassifierRunConfig)
     assert (config.model.d_model, config.model.n_layers, config.model.d_ff, config.model.n_heads) == (128, 2, 256, 4)
     assert (config.data.max_len, config.train.peak_lr, config.train.max_epochs) == (256, 1e-3, 5)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"head.pooling must be one of mean, cls, flatten, got 'max'"):
         load_config(None, ["head.pooling=max"], ClassifierRunConfig)
     if not os.environ.get("TRANSDUCE_DATA"):
         pytest.skip("needs TRANSDUCE_DATA (set by the Makefile)")

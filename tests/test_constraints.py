@@ -5,8 +5,9 @@ import itertools
 
 import pytest
 import torch
-
 from test_search import FakeCache  # the same stand-in cache as the search tests
+
+from transduce.data.tokenizer import EOS_ID, PAD_ID
 from transduce.decoding.constraints import TreeConstraint, min_output_length
 from transduce.decoding.search import beam_search, greedy_search
 from transduce.tasks.trees import (
@@ -17,10 +18,14 @@ from transduce.tasks.trees import (
     delinearize,
     parse_tree,
 )
-from transduce.data.tokenizer import EOS_ID, PAD_ID
+from transduce.tasks.trees import (
+    words as leaves_of,
+)
 
-TREES = [parse_tree("(ROOT (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))"),
-         parse_tree("(ROOT (NP (NP (NN a)) (PP (IN of) (NP (NNS b)))))")]
+TREES = [
+    parse_tree("(ROOT (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))"),
+    parse_tree("(ROOT (NP (NP (NN a)) (PP (IN of) (NP (NNS b)))))"),
+]
 VOCAB = build_vocab(TREES)
 ID = {token: i for i, token in enumerate(VOCAB)}
 
@@ -50,7 +55,7 @@ class RandomDecoder:
         cache.history = torch.cat([cache.history, tokens.view(-1, 1)], dim=1)
         rows = []
         for hist in cache.history.tolist():
-            g = torch.Generator().manual_seed(hash((self.seed, *hist)) % (2 ** 31))
+            g = torch.Generator().manual_seed(hash((self.seed, *hist)) % (2**31))
             rows.append(torch.randn(len(VOCAB), generator=g) * 3)
         logits = torch.stack(rows)  # (N, V)
         logits[:, EOS_ID] += 4.0
@@ -89,8 +94,9 @@ def test_every_beam_output_is_a_tree_over_the_input_words(seed, max_len_b):
     lengths = [1, 5, 3, 8, 2]
     src = batch_of(lengths)
     bound = constraint().for_sentences(lengths)
-    results = beam_search(RandomDecoder(seed), src, beam=4, nbest=3, alpha=0.3, max_len_a=1.0, max_len_b=max_len_b,
-                          constraint=bound)
+    results = beam_search(
+        RandomDecoder(seed), src, beam=4, nbest=3, alpha=0.3, max_len_a=1.0, max_len_b=max_len_b, constraint=bound
+    )
     for n, hyps in zip(lengths, results):
         assert len(hyps) == 3
         for hyp in hyps:
@@ -105,8 +111,13 @@ def test_every_beam_output_is_a_tree_over_the_input_words(seed, max_len_b):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_every_greedy_output_is_a_tree(seed):
     lengths = [4, 1, 7]
-    results = greedy_search(RandomDecoder(seed), batch_of(lengths), max_len_a=1.0, max_len_b=10,
-                            constraint=constraint().for_sentences(lengths))
+    results = greedy_search(
+        RandomDecoder(seed),
+        batch_of(lengths),
+        max_len_a=1.0,
+        max_len_b=10,
+        constraint=constraint().for_sentences(lengths),
+    )
     for n, (hyp,) in zip(lengths, results):
         check_tree(hyp.tokens, n)
 
@@ -114,18 +125,33 @@ def test_every_greedy_output_is_a_tree(seed):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_constrained_beam_on_cuda():
     lengths = [3, 6]
-    results = beam_search(RandomDecoder(0), batch_of(lengths).cuda(), beam=4, max_len_b=20,
-                          constraint=constraint().for_sentences(lengths))
+    results = beam_search(
+        RandomDecoder(0), batch_of(lengths).cuda(), beam=4, max_len_b=20, constraint=constraint().for_sentences(lengths)
+    )
     for n, (hyp,) in zip(lengths, results):
         check_tree(hyp.tokens, n)
 
 
 def test_without_a_root_token_any_label_may_be_the_root():
     lengths = [3, 2]
-    results = beam_search(RandomDecoder(5), batch_of(lengths), beam=3, max_len_b=20,
-                          constraint=constraint(root=None).for_sentences(lengths))
-    for n, (hyp,) in zip(lengths, results):
-        delinearize([VOCAB[t] for t in hyp.tokens], [f"w{i}" for i in range(n)])
+    roots = {}
+    for root in (None, "(ROOT"):
+        roots[root] = set()
+        for seed in range(4):
+            results = beam_search(
+                RandomDecoder(seed),
+                batch_of(lengths),
+                beam=3,
+                max_len_b=20,
+                constraint=constraint(root=root).for_sentences(lengths),
+            )
+            for n, (hyp,) in zip(lengths, results):
+                sentence = [f"w{i}" for i in range(n)]
+                tree = delinearize([VOCAB[t] for t in hyp.tokens], sentence)  # raises unless one tree over them
+                assert leaves_of(tree) == sentence
+                roots[root].add(tree.label)
+    assert roots["(ROOT"] == {"ROOT"}
+    assert roots[None] - {"ROOT"}, "without a root token, some search must pick another label for the root"
 
 
 def test_allowed_tokens_step_by_step():
@@ -136,11 +162,18 @@ def test_allowed_tokens_step_by_step():
         return {VOCAB[i] for i in c.allowed(state)[0].nonzero().view(-1).tolist()}
 
     opens = {t for t in VOCAB if t.startswith("(") and t != "(ROOT"}
-    leaves = {t for t in VOCAB[len(SPECIALS) + 1:] if not t.startswith("(")}
+    leaves = {t for t in VOCAB[len(SPECIALS) + 1 :] if not t.startswith("(")}
     assert allowed() == {"(ROOT"}
     # 2 words: the root opens first; nothing closes empty; the root closes only when both words are used.
-    for token, expected in [("(ROOT", opens | leaves), ("(NP", opens | leaves), ("NN", opens | leaves | {")"}),
-                            (")", opens | leaves), ("DT", {")"}), (")", {"</s>"}), ("</s>", {"</s>"})]:
+    for token, expected in [
+        ("(ROOT", opens | leaves),
+        ("(NP", opens | leaves),
+        ("NN", opens | leaves | {")"}),
+        (")", opens | leaves),
+        ("DT", {")"}),
+        (")", {"</s>"}),
+        ("</s>", {"</s>"}),
+    ]:
         state = c.advance(state, torch.tensor([ID[token]]))
         assert allowed() == expected, token
 

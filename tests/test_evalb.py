@@ -60,6 +60,7 @@ def score_one(gold: str, test: str, params: Params | None = None, strict: bool =
 
 # ------------------------------------------------------------------------------- the distribution's own sample
 
+
 def test_sample_every_number_equals_sample_rsl():
     expected_rows, expected_totals, expected_blocks = parse_rsl((sample_dir() / "sample.rsl").read_text())
     result = sample_result()
@@ -67,9 +68,20 @@ def test_sample_every_number_equals_sample_rsl():
     assert len(result.rows) == len(expected_rows) == 24
     for row, ours, expected in zip(result.rows, ours_rows, expected_rows):
         assert ours == expected, f"sentence {row.id}"
-        assert [row.id, row.length, row.status, round(row.recall, 2), round(row.precision, 2), row.matched,
-                row.gold_brackets, row.test_brackets, row.crossing, row.words, row.correct_tags,
-                round(row.tag_accuracy, 2)] == expected
+        assert [
+            row.id,
+            row.length,
+            row.status,
+            round(row.recall, 2),
+            round(row.precision, 2),
+            row.matched,
+            row.gold_brackets,
+            row.test_brackets,
+            row.crossing,
+            row.words,
+            row.correct_tags,
+            round(row.tag_accuracy, 2),
+        ] == expected
     # Totals row: every column but crossing, which the 1997 program summed wrongly (16; the rows sum to 1).
     assert ours_totals[:5] + ours_totals[6:] == expected_totals[:5] + expected_totals[6:]
     assert ours_totals[5] == sum(row.crossing for row in result.rows) == 1
@@ -90,7 +102,7 @@ def test_sample_report_text_equals_evalb_output():
     assert ours[:28] == old[:28]  # header and rows: the 1997 program's, as sample.rsl
     assert ours[28:] == new[28:]  # totals row and summary: the 2006 program's
     summary_only = evalb_command(d / "sample.gld", d / "sample.tst", d / "sample.prm")
-    assert summary_only.splitlines() == new[new.index("=== Summary ==="):]
+    assert summary_only.splitlines() == new[new.index("=== Summary ===") :]
 
 
 def test_sample_statuses():
@@ -113,6 +125,7 @@ def test_strict_counts_error_and_skip_sentences_as_zero_matched():
 
 # ------------------------------------------------------------------------------------------------- parameters
 
+
 def test_default_params_are_collins_prm_plus_root():
     collins = read_params(sample_dir() / "COLLINS.prm")
     assert collins == COLLINS
@@ -123,10 +136,12 @@ def test_read_params_rules_and_errors(tmp_path):
     prm = tmp_path / "p.prm"
     prm.write_text("# comment\n\nXY\nLABELED 0\nCUTOFF_LEN 100\nDELETE_LABEL ROOT  \nEQ_WORD\tA  a\n")
     assert read_params(prm) == Params(labeled=False, cutoff_len=100, delete_labels=("ROOT",), eq_words=(("A", "a"),))
-    for text, reason in [("DELETE_LABLE X\n", "3: unknown keyword 'DELETE_LABLE'"),
-                         ("EQ_LABEL A\n", "3: EQ_LABEL needs two values"),
-                         ("CUTOFF_LEN forty\n", "3: CUTOFF_LEN needs a whole number"),
-                         ("DELETE_LABEL\n", "3: DELETE_LABEL has no value")]:
+    for text, reason in [
+        ("DELETE_LABLE X\n", "3: unknown keyword 'DELETE_LABLE'"),
+        ("EQ_LABEL A\n", "3: EQ_LABEL needs two values"),
+        ("CUTOFF_LEN forty\n", "3: CUTOFF_LEN needs a whole number"),
+        ("DELETE_LABEL\n", "3: DELETE_LABEL has no value"),
+    ]:
         prm.write_text("# c\nDEBUG 0\n" + text)
         with pytest.raises(TreeError) as info:
             read_params(prm)
@@ -134,6 +149,7 @@ def test_read_params_rules_and_errors(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------------ rules
+
 
 def test_punctuation_and_root_are_not_scored_with_default_params():
     gold = "(ROOT (S (NP (PRP It)) (VP (VBZ works)) (. .)))"
@@ -146,8 +162,10 @@ def test_punctuation_and_root_are_not_scored_with_default_params():
 
 
 def test_labels_truncated_and_eq_label():
-    r = score_one("(ROOT (S (NP-SBJ-1 (PRP It)) (VP (VBZ goes) (PRT (RP on)))))",
-                  "(ROOT (S (NP (PRP It)) (VP (VBZ goes) (ADVP (RP on)))))")
+    r = score_one(
+        "(ROOT (S (NP-SBJ-1 (PRP It)) (VP (VBZ goes) (PRT (RP on)))))",
+        "(ROOT (S (NP (PRP It)) (VP (VBZ goes) (ADVP (RP on)))))",
+    )
     assert r.rows[0].matched == 4  # NP-SBJ-1 = NP; ADVP = PRT in COLLINS.prm
     unlabeled = Params(labeled=False)
     assert score_one("(S (A (P a)) (B (Q b)))", "(S (C (P a)) (D (Q b)))", unlabeled).rows[0].matched == 3

@@ -5,12 +5,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from transduce.outputs import OutputError
 import torch
 
-from transduce.training.checkpoint import save_weights
 from transduce.config import Config, ModelConfig, read_config, save_config
+from transduce.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from transduce.decoding.translator import Translator
 from transduce.export import (
     CTranslate2Translator,
     ExportError,
@@ -18,8 +17,8 @@ from transduce.export import (
     is_export,
 )
 from transduce.model import Transformer
-from transduce.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
-from transduce.decoding.translator import Translator
+from transduce.outputs import OutputError
+from transduce.training.checkpoint import save_weights
 
 pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'transduce[export]')")
 
@@ -32,9 +31,13 @@ def exports(trained_run, tmp_path_factory):
     run, corpus = trained_run
     root = tmp_path_factory.mktemp("exports")
     sources = (corpus / "test.en").read_text().splitlines()
-    return {"run": run, "sources": sources, "ours": Translator.from_run(run, device="cpu"),
-            "float32": export_ctranslate2(run, root / "float32"),
-            "int8": export_ctranslate2(run, root / "int8", quantization="int8")}
+    return {
+        "run": run,
+        "sources": sources,
+        "ours": Translator.from_run(run, device="cpu"),
+        "float32": export_ctranslate2(run, root / "float32"),
+        "int8": export_ctranslate2(run, root / "int8", quantization="int8"),
+    }
 
 
 def make_run(root: Path, tokenizer: Path, *, seed: int = 0, **model) -> Path:
@@ -64,8 +67,11 @@ def assert_same_network(ours: Translator, theirs: CTranslate2Translator, sources
     hyps = ours.translate_nbest(sources, beam=1)
     pieces = theirs.pieces
     sources_ids = [ids[:-1] for ids in ours.encode_sources(sources)]  # without EOS: the engine adds it
-    scored = theirs.engine.score_batch([[pieces[i] for i in ids] for ids in sources_ids],
-                                       [[pieces[i] for i in h[0].tokens] for h in hyps], max_input_length=0)
+    scored = theirs.engine.score_batch(
+        [[pieces[i] for i in ids] for ids in sources_ids],
+        [[pieces[i] for i in h[0].tokens] for h in hyps],
+        max_input_length=0,
+    )
     for source, h, result in zip(sources, hyps, scored):
         expected = teacher_forced_log_probs(ours, source, h[0].tokens)
         assert result.log_probs == pytest.approx(expected, abs=2e-4)
@@ -80,7 +86,8 @@ def assert_same_score(theirs: float, ours: float) -> None:
 def test_export_writes_the_model_its_vocabulary_in_our_ids_and_the_tokenizer(exports):
     folder = exports["float32"]
     assert {"model.bin", "config.json", "shared_vocabulary.json", "tokenizer.model", "transduce-manifest.json"} <= {
-        p.name for p in folder.iterdir()}
+        p.name for p in folder.iterdir()
+    }
     tokenizer = Tokenizer(exports["run"] / "tokenizer.model")
     vocabulary = json.loads((folder / "shared_vocabulary.json").read_text())
     assert vocabulary == [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
@@ -144,7 +151,8 @@ def test_gnmt_length_penalty_is_refused_for_beam_search_only(exports):
     with pytest.raises(ValueError, match="GNMT"):
         theirs.translate(exports["sources"][:1], beam=4, length_penalty="gnmt")
     assert theirs.translate(exports["sources"][:1], beam=1, length_penalty="gnmt") == exports["ours"].translate(
-        exports["sources"][:1], beam=1)
+        exports["sources"][:1], beam=1
+    )
 
 
 def test_int8_translations_agree_with_float32(exports):
@@ -161,11 +169,15 @@ def test_int8_translations_agree_with_float32(exports):
     assert greedy >= 0.95 * len(sources) and beam4 >= 0.8 * len(sources)
 
 
-@pytest.mark.parametrize("model", [
-    {"norm_first": True, "positional": "learned", "tie_embeddings": False},
-    {"norm_first": False, "positional": "learned", "n_encoder_layers": 2, "n_decoder_layers": 1},
-    {"norm_first": True, "positional": "sinusoidal", "n_layers": 2, "layer_norm_eps": 1e-6},
-], ids=["preLN-learned-untied", "postLN-learned-2enc-1dec", "preLN-sinusoidal-2layers"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"norm_first": True, "positional": "learned", "tie_embeddings": False},
+        {"norm_first": False, "positional": "learned", "n_encoder_layers": 2, "n_decoder_layers": 1},
+        {"norm_first": True, "positional": "sinusoidal", "n_layers": 2, "layer_norm_eps": 1e-6},
+    ],
+    ids=["preLN-learned-untied", "postLN-learned-2enc-1dec", "preLN-sinusoidal-2layers"],
+)
 def test_variants_compute_and_translate_as_ours(exports, tmp_path, model):
     """Random models decode to the maximum length (|x| + 50 or max_len - 1): many steps to agree on."""
     run = make_run(tmp_path / "run", exports["run"] / "tokenizer.model", **model)
@@ -202,7 +214,8 @@ def test_an_empty_folder_or_an_earlier_export_is_replaced(exports, tmp_path):
     assert json.loads((out / "transduce-manifest.json").read_text())["quantization"] == "int16"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
     assert read_config(exports["run"] / "config.json").model.vocab_size == len(
-        json.loads((out / "shared_vocabulary.json").read_text()))
+        json.loads((out / "shared_vocabulary.json").read_text())
+    )
 
 
 def test_a_missing_ctranslate2_says_how_to_install_it(exports, tmp_path, monkeypatch):

@@ -38,10 +38,18 @@ def test_presets_have_table3_shapes():
     assert (base.d_model, base.d_ff, base.n_heads, base.dropout, base.d_k) == (512, 2048, 8, 0.1, 64)
 
 
-@pytest.mark.parametrize("bad", [dict(d_model=30, n_heads=4), dict(d_ff=-1), dict(n_layers=0), dict(dropout=1.5),
-                                 dict(positional="rotary")])
-def test_impossible_shapes_are_refused(bad):
-    with pytest.raises(ConfigError):
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(d_model=30, n_heads=4), r"model.d_model \(30\) must be divisible by model.n_heads \(4\)"),
+        (dict(d_ff=-1), r"model.d_ff must be positive, got -1"),
+        (dict(n_layers=0), r"model.n_layers must be positive, got 0"),
+        (dict(dropout=1.5), r"model.dropout must be in \[0, 1\), got 1.5"),
+        (dict(positional="rotary"), r"model.positional must be 'sinusoidal' or 'learned', got 'rotary'"),
+    ],
+)
+def test_impossible_shapes_are_refused(bad, message):
+    with pytest.raises(ConfigError, match=message):
         tiny(**bad)
 
 
@@ -110,8 +118,9 @@ def _copy_common(ours, theirs, norms):
 def test_layers_equal_torch_nn_layers(norm_first):
     torch.manual_seed(0)
     model = Transformer(tiny(norm_first=norm_first)).eval()
-    kw = dict(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, activation="relu", batch_first=True,
-              norm_first=norm_first)
+    kw = dict(
+        d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, activation="relu", batch_first=True, norm_first=norm_first
+    )
     ref_enc, ref_dec = nn.TransformerEncoderLayer(**kw).eval(), nn.TransformerDecoderLayer(**kw).eval()
     ours_enc, ours_dec = model.encoder.layers[0], model.decoder.layers[0]
     _copy_attention(ours_enc.self_attn, ref_enc.self_attn)

@@ -15,16 +15,24 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the serve extra (fastapi, uvicorn) is not installed")
 uvicorn = pytest.importorskip("uvicorn", reason="the serve extra (fastapi, uvicorn) is not installed")
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install "
-                                                             "pytest-playwright)")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (pip install pytest-playwright)"
+)
 
 from transduce.serving import create_app
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
-                                                         "(apt-get install chromium)")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)"
+)
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def free_port() -> int:
@@ -86,8 +94,7 @@ def test_translate_and_draw_the_attention_heatmap(chromium_browser, translator, 
         page.get_by_label("Text to translate").fill(sentences[0])
         page.get_by_role("button", name="Translate").click()
         page.wait_for_selector("#translations li .translation", timeout=10_000)
-        assert page.locator("#translations .translation").first.text_content() == translator.translate(
-            sentences[:1])[0]
+        assert page.locator("#translations .translation").first.text_content() == translator.translate(sentences[:1])[0]
 
         maps = httpx.post(url + "/v1/attention", json={"text": sentences[0]}).json()
         rows, cols = len(maps["target_pieces"]), len(maps["source_pieces"])
@@ -107,8 +114,11 @@ def test_translate_and_draw_the_attention_heatmap(chromium_browser, translator, 
         page.get_by_label("Text to translate").fill(sentences[1])
         page.get_by_label("Text to translate").press("Enter")
         expected = translator.translate(sentences[1:2])[0]
-        page.wait_for_function("text => document.querySelector('#translations .translation').textContent === text",
-                               arg=expected, timeout=10_000)
+        page.wait_for_function(
+            "text => document.querySelector('#translations .translation').textContent === text",
+            arg=expected,
+            timeout=10_000,
+        )
         assert all(url.startswith(url) for url in page.requested), page.requested  # works offline
         page.close()
     assert (tmp_path / "page.png").stat().st_size > 10_000

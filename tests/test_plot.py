@@ -1,10 +1,10 @@
 import matplotlib.image as mpimg
 import numpy as np
 import torch
-
 from conftest import run_cli
-from transduce.plot import plot_attention, plot_curves, plot_token_attention, read_metrics
+
 from transduce.decoding.translator import Translator
+from transduce.plot import plot_attention, plot_curves, plot_token_attention, read_metrics
 
 
 def _png_size(path):
@@ -44,14 +44,32 @@ def test_attention_heatmaps_show_the_models_weights(trained_run, tmp_path):
 
 def test_attention_cli_uses_the_models_own_translation(trained_run, tmp_path):
     run, _ = trained_run
-    proc = run_cli("attention", str(run), "--src", "the dog sees a cat", "--out", str(tmp_path / "a"),
-                   "--layer", "1", "--token", "the", "--format", "png")
+    proc = run_cli(
+        "attention",
+        str(run),
+        "--src",
+        "the dog sees a cat",
+        "--out",
+        str(tmp_path / "a"),
+        "--layer",
+        "1",
+        "--token",
+        "the",
+        "--format",
+        "png",
+    )
     assert "target: <s>" in proc.stdout
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert names == ["cross_L1.png", "decoder_L1.png", "encoder_L1.png", "token_encoder_0_L1.png",
-                     "transduce-manifest.json"]
-    bad = run_cli("attention", str(run), "--src", "the dog", "--out", str(tmp_path / "b"), "--token", "zebra",
-                  check=False)
+    assert names == [
+        "cross_L1.png",
+        "decoder_L1.png",
+        "encoder_L1.png",
+        "token_encoder_0_L1.png",
+        "transduce-manifest.json",
+    ]
+    bad = run_cli(
+        "attention", str(run), "--src", "the dog", "--out", str(tmp_path / "b"), "--token", "zebra", check=False
+    )
     assert bad.returncode == 1 and "not one of the pieces" in bad.stderr
 
 

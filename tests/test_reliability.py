@@ -21,10 +21,10 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import tiny_recipe  # noqa: E402
-from test_classify import toy_rows, write_tsv  # noqa: E402
+from conftest import tiny_recipe
+from test_classify import toy_rows, write_tsv
 
-from transduce.cli import main  # noqa: E402
+from transduce.cli import main
 
 SENTINEL = "KEEP-ME.txt"
 
@@ -78,15 +78,24 @@ def env(tmp_path, trained_run, monkeypatch):
     recipe = tiny_recipe(tmp_path / "recipe.toml", corpus, steps=4, save_every=2)
     cls_train = write_tsv(tmp_path / "cls.tsv", toy_rows(120, 0))
     cls_recipe = tmp_path / "cls.toml"
-    cls_recipe.write_text(f'[data]\ntrain = "{cls_train}"\nvocab_size = 60\nmax_len = 32\n'
-                          '[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 4\nmax_len = 32\n'
-                          '[train]\nmax_steps = 2\nmax_tokens = 512\nnum_threads = 1\n')
+    cls_recipe.write_text(
+        f'[data]\ntrain = "{cls_train}"\nvocab_size = 60\nmax_len = 32\n'
+        "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 4\nmax_len = 32\n"
+        "[train]\nmax_steps = 2\nmax_tokens = 512\nnum_threads = 1\n"
+    )
     (tmp_path / "text.en").write_text("the dog sees a cat\n")
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    return SimpleNamespace(tmp=tmp_path, run=tmp_path / "run", corpus=corpus, recipe=recipe, work=work,
-                           cls_recipe=cls_recipe, cls_train=cls_train)
+    return SimpleNamespace(
+        tmp=tmp_path,
+        run=tmp_path / "run",
+        corpus=corpus,
+        recipe=recipe,
+        work=work,
+        cls_recipe=cls_recipe,
+        cls_train=cls_train,
+    )
 
 
 # The table -----------------------------------------------------------------------------------------------------------
@@ -102,8 +111,10 @@ class Case:
 
 
 def _write(path: str, data: bytes):
-    return lambda e: (Path(path.format(**vars(e))).parent.mkdir(parents=True, exist_ok=True),
-                      Path(path.format(**vars(e))).write_bytes(data))
+    return lambda e: (
+        Path(path.format(**vars(e))).parent.mkdir(parents=True, exist_ok=True),
+        Path(path.format(**vars(e))).write_bytes(data),
+    )
 
 
 def _bad_metrics(e):
@@ -124,86 +135,135 @@ PREPARE = ["prepare", "--train", "{corpus}/train", "--src", "en", "--tgt", "xx",
 ONE = ["--src", "the dog sees a cat"]
 CASES = {
     # 1. data loss: a destination that exists and is not our own output is refused, whatever is in it
-    "prepare into a user's folder": Case([*PREPARE, "--out", "{tmp}/mine"], ("not made by transduce",),
-                                         sentinels=("{tmp}/mine",)),
-    "prepare into the current directory": Case([*PREPARE[:2], "train", *PREPARE[3:], "--out", "."],
-                                               ("not made by transduce",), setup=_copy_corpus_here,
-                                               sentinels=("{work}",), keep=("{work}/train.en",)),
-    "train into a folder holding the user's data/": Case(["train", "{recipe}", "--out", "."],
-                                                         ("not made by transduce",), sentinels=("{work}/data",)),
-    "train --out a regular file": Case(["train", "{recipe}", "--out", "{tmp}/text.en"], ("not a folder",),
-                                       keep=("{tmp}/text.en",)),
-    "classify train into a user's folder": Case(["classify", "train", "{cls_recipe}", "--out", "{tmp}/mine"],
-                                                ("not made by transduce",), sentinels=("{tmp}/mine",)),
-    "demo into a user's folder": Case(["demo", "--out", "{tmp}/mine", "--set", "train.max_steps=2"],
-                                      ("not made by transduce",), sentinels=("{tmp}/mine",)),
-    "attention into a user's folder": Case(["attention", "{run}", *ONE, "--out", "{tmp}/mine"],
-                                           ("not made by transduce",), sentinels=("{tmp}/mine",)),
+    "prepare into a user's folder": Case(
+        [*PREPARE, "--out", "{tmp}/mine"], ("not made by transduce",), sentinels=("{tmp}/mine",)
+    ),
+    "prepare into the current directory": Case(
+        [*PREPARE[:2], "train", *PREPARE[3:], "--out", "."],
+        ("not made by transduce",),
+        setup=_copy_corpus_here,
+        sentinels=("{work}",),
+        keep=("{work}/train.en",),
+    ),
+    "train into a folder holding the user's data/": Case(
+        ["train", "{recipe}", "--out", "."], ("not made by transduce",), sentinels=("{work}/data",)
+    ),
+    "train --out a regular file": Case(
+        ["train", "{recipe}", "--out", "{tmp}/text.en"], ("not a folder",), keep=("{tmp}/text.en",)
+    ),
+    "classify train into a user's folder": Case(
+        ["classify", "train", "{cls_recipe}", "--out", "{tmp}/mine"],
+        ("not made by transduce",),
+        sentinels=("{tmp}/mine",),
+    ),
+    "demo into a user's folder": Case(
+        ["demo", "--out", "{tmp}/mine", "--set", "train.max_steps=2"],
+        ("not made by transduce",),
+        sentinels=("{tmp}/mine",),
+    ),
+    "attention into a user's folder": Case(
+        ["attention", "{run}", *ONE, "--out", "{tmp}/mine"], ("not made by transduce",), sentinels=("{tmp}/mine",)
+    ),
     "evaluate --output over an existing file": Case(
-        ["evaluate", "{run}", "--src", "{corpus}/test.en", "--ref", "{corpus}/test.xx", "--output",
-         "{corpus}/test.xx"], ("already exists",), keep=("{corpus}/test.xx",)),
-    "average over a file that is not ours": Case(["average", "{run}", "--last", "2", "--output", "{tmp}/x.safetensors"],
-                                                 ("not a weights file written by transduce",),
-                                                 setup=_write("{tmp}/x.safetensors", b"user bytes"),
-                                                 keep=("{tmp}/x.safetensors",)),
+        ["evaluate", "{run}", "--src", "{corpus}/test.en", "--ref", "{corpus}/test.xx", "--output", "{corpus}/test.xx"],
+        ("already exists",),
+        keep=("{corpus}/test.xx",),
+    ),
+    "average over a file that is not ours": Case(
+        ["average", "{run}", "--last", "2", "--output", "{tmp}/x.safetensors"],
+        ("not a weights file written by transduce",),
+        setup=_write("{tmp}/x.safetensors", b"user bytes"),
+        keep=("{tmp}/x.safetensors",),
+    ),
     # 3. unbounded memory
-    "attention on a 3,000-character sentence": Case(["attention", "{run}", "--src", "dog " * 750, "--out",
-                                                     "{tmp}/pics"], ("limited to 100 pieces",)),
+    "attention on a 3,000-character sentence": Case(
+        ["attention", "{run}", "--src", "dog " * 750, "--out", "{tmp}/pics"], ("limited to 100 pieces",)
+    ),
     # 4. average
     "average --last 0": Case(["average", "{run}", "--last", "0"], ("at least 1",)),
     "average --last -3": Case(["average", "{run}", "--last", "-3"], ("at least 1",), keep=("{run}/config.json",)),
-    "average --output beside config.json": Case(["average", "{run}", "--output", "{run}/config.safetensors"],
-                                                ("side file",), keep=("{run}/config.json",)),
-    "average --output with a JSON name": Case(["average", "{run}", "--output", "{tmp}/avg.json"],
-                                              ("ending in .safetensors",)),
+    "average --output beside config.json": Case(
+        ["average", "{run}", "--output", "{run}/config.safetensors"], ("side file",), keep=("{run}/config.json",)
+    ),
+    "average --output with a JSON name": Case(
+        ["average", "{run}", "--output", "{tmp}/avg.json"], ("ending in .safetensors",)
+    ),
     # 5. decoding options
-    "translate --nbest 5 --beam 4": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--beam", "4",
-                                          "--nbest", "5"], ("larger than --beam",)),
-    "translate --nbest 5 (beam from the run)": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--nbest",
-                                                     "5"], ("beam size",)),
+    "translate --nbest 5 --beam 4": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en", "--beam", "4", "--nbest", "5"], ("larger than --beam",)
+    ),
+    "translate --nbest 5 (beam from the run)": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en", "--nbest", "5"], ("beam size",)
+    ),
     "translate --nbest 0": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--nbest", "0"], ("--nbest",)),
     "translate --beam 0": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--beam", "0"], ("--beam",)),
     "translate --beam -1": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--beam", "-1"], ("--beam",)),
-    "translate --beam 100000": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--beam", "100000"],
-                                    ("--beam",)),
+    "translate --beam 100000": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en", "--beam", "100000"], ("--beam",)
+    ),
     "attention --layer 0": Case(["attention", "{run}", *ONE, "--out", "{tmp}/p", "--layer", "0"], ("layers 1 to",)),
     "attention --layer 99": Case(["attention", "{run}", *ONE, "--out", "{tmp}/p", "--layer", "99"], ("layers 1 to",)),
     "attention --head 99": Case(["attention", "{run}", *ONE, "--out", "{tmp}/p", "--head", "99"], ("heads 0 to",)),
     # 6. late crashes, now found before step 1
-    "model.max_len below the data's lengths": Case(["train", "{recipe}", "--out", "{tmp}/r", "--set",
-                                                    "model.max_len=6"], ("model.max_len is 6",)),
-    "an early-stopping metric the task lacks": Case(["train", "{recipe}", "--out", "{tmp}/r", "--set",
-                                                     "train.early_stop_metric=accuracy"], ("does not apply",)),
-    "patience without validation data": Case(["train", "{recipe}", "--out", "{tmp}/r", "--set", "data.valid=''",
-                                              "--set", "train.patience=2"], ("no validation data",)),
+    "model.max_len below the data's lengths": Case(
+        ["train", "{recipe}", "--out", "{tmp}/r", "--set", "model.max_len=6"], ("model.max_len is 6",)
+    ),
+    "an early-stopping metric the task lacks": Case(
+        ["train", "{recipe}", "--out", "{tmp}/r", "--set", "train.early_stop_metric=accuracy"], ("does not apply",)
+    ),
+    "patience without validation data": Case(
+        ["train", "{recipe}", "--out", "{tmp}/r", "--set", "data.valid=''", "--set", "train.patience=2"],
+        ("no validation data",),
+    ),
     # 7. environment and damaged files
-    "an unknown device": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--device", "tpu"],
-                              ("unknown device",)),
-    "--device cuda without a GPU": Case(["translate", "{run}", "--input", "{tmp}/text.en", "--device", "cuda"],
-                                        ("no CUDA GPU",), marks=[pytest.mark.skipif(torch.cuda.is_available(),
-                                                                                   reason="this machine has a GPU")]),
-    "a corrupt tokenizer": Case(["translate", "{run}", "--input", "{tmp}/text.en"], ("SentencePiece",),
-                                setup=_write("{run}/tokenizer.model", b"\x00garbage")),
-    "corrupt weights": Case(["translate", "{run}", "--input", "{tmp}/text.en"], ("cannot read weights",),
-                            setup=_write("{run}/best.safetensors", b"\x00garbage")),
-    "score --tokenize bogus": Case(["score", "--hyp", "{tmp}/text.en", "--ref", "{tmp}/text.en", "--tokenize",
-                                    "bogus"], ("invalid choice",), code=2),
-    "a damaged metrics.jsonl": Case(["plot", "{run}", "--out", "{tmp}/c.png"], ("metrics.jsonl:",),
-                                    setup=_bad_metrics),
+    "an unknown device": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en", "--device", "tpu"], ("unknown device",)
+    ),
+    "--device cuda without a GPU": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en", "--device", "cuda"],
+        ("no CUDA GPU",),
+        marks=[pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")],
+    ),
+    "a corrupt tokenizer": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en"],
+        ("SentencePiece",),
+        setup=_write("{run}/tokenizer.model", b"\x00garbage"),
+    ),
+    "corrupt weights": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en"],
+        ("cannot read weights",),
+        setup=_write("{run}/best.safetensors", b"\x00garbage"),
+    ),
+    "score --tokenize bogus": Case(
+        ["score", "--hyp", "{tmp}/text.en", "--ref", "{tmp}/text.en", "--tokenize", "bogus"],
+        ("invalid choice",),
+        code=2,
+    ),
+    "a damaged metrics.jsonl": Case(["plot", "{run}", "--out", "{tmp}/c.png"], ("metrics.jsonl:",), setup=_bad_metrics),
     "plot --out x.txt": Case(["plot", "{run}", "--out", "{tmp}/x.txt"], (".png, .svg or .pdf",)),
-    "plot over a user's picture": Case(["plot", "{run}", "--out", "{tmp}/mine.png"], ("not drawn by transduce",),
-                                       setup=_write("{tmp}/mine.png", b"\x89PNG user picture"),
-                                       keep=("{tmp}/mine.png",)),
-    "classify train with a missing file": Case(["classify", "train", "{cls_recipe}", "--out", "{tmp}/c", "--set",
-                                                "data.train='{tmp}/nope.tsv'"], ("no such file",)),
-    "classify train with a null label": Case(["classify", "train", "{cls_recipe}", "--out", "{tmp}/c", "--set",
-                                              "data.train='{tmp}/null.jsonl'"], ("null.jsonl:2", "label"),
-                                             setup=_null_label),
+    "plot over a user's picture": Case(
+        ["plot", "{run}", "--out", "{tmp}/mine.png"],
+        ("not drawn by transduce",),
+        setup=_write("{tmp}/mine.png", b"\x89PNG user picture"),
+        keep=("{tmp}/mine.png",),
+    ),
+    "classify train with a missing file": Case(
+        ["classify", "train", "{cls_recipe}", "--out", "{tmp}/c", "--set", "data.train='{tmp}/nope.tsv'"],
+        ("no such file",),
+    ),
+    "classify train with a null label": Case(
+        ["classify", "train", "{cls_recipe}", "--out", "{tmp}/c", "--set", "data.train='{tmp}/null.jsonl'"],
+        ("null.jsonl:2", "label"),
+        setup=_null_label,
+    ),
     "translate a missing input file": Case(["translate", "{run}", "--input", "{tmp}/nope.en"], ("no such file",)),
     "an unknown shipped recipe": Case(["train", "nonsense", "--out", "{tmp}/r"], ("multi30k",)),
     "resume without a recipe where there is no run": Case(["train", "--out", "{tmp}/empty"], ("no run to resume",)),
-    "invalid UTF-8 in score": Case(["score", "--hyp", "{tmp}/bad.txt", "--ref", "{tmp}/text.en"],
-                                   ("bad.txt:1", "--errors replace"), setup=_write("{tmp}/bad.txt", b"\xff\xfe\n")),
+    "invalid UTF-8 in score": Case(
+        ["score", "--hyp", "{tmp}/bad.txt", "--ref", "{tmp}/text.en"],
+        ("bad.txt:1", "--errors replace"),
+        setup=_write("{tmp}/bad.txt", b"\xff\xfe\n"),
+    ),
 }
 
 
@@ -212,7 +272,7 @@ def test_bad_input_is_one_line_and_destroys_nothing(name, env, capsys):
     case = CASES[name]
     if case.setup:
         case.setup(env)
-    fmt = lambda s: s.format(**vars(env))  # noqa: E731
+    fmt = lambda s: s.format(**vars(env))
     sentinels = [put_sentinel(Path(fmt(folder))) for folder in case.sentinels]
     before = {p: Path(fmt(p)).read_bytes() for p in case.keep}
     result = transduce(capsys, *map(fmt, case.argv))
@@ -259,8 +319,7 @@ def test_a_full_or_read_only_disk_is_one_line(env, capsys, monkeypatch, errno, n
     monkeypatch.setattr(outputs.tempfile, "mkdtemp", refuse)
     before = sorted(p.name for p in env.run.iterdir())
     assert_one_line_error(transduce(capsys, "average", env.run, "--last", "2"), needle)
-    assert_one_line_error(transduce(capsys, *[a.format(**vars(env)) for a in PREPARE], "--out", env.tmp / "d"),
-                          needle)
+    assert_one_line_error(transduce(capsys, *[a.format(**vars(env)) for a in PREPARE], "--out", env.tmp / "d"), needle)
     assert sorted(p.name for p in env.run.iterdir()) == before
 
 
@@ -276,15 +335,18 @@ def test_our_own_outputs_are_replaced_and_nothing_beside_them_is_touched(env, ca
     assert_kept(beside)
     first = transduce(capsys, "average", env.run, "--last", "2")
     assert first.code == 0 and transduce(capsys, "average", env.run, "--last", "3").code == 0
-    assert json.loads((env.run / "averaged.json").read_text())["averaged"][0] == \
-        sorted(p.name for p in (env.run / "checkpoints").iterdir())[-3]
+    assert (
+        json.loads((env.run / "averaged.json").read_text())["averaged"][0]
+        == sorted(p.name for p in (env.run / "checkpoints").iterdir())[-3]
+    )
 
 
 def test_relative_paths_are_found_under_transduce_data(env, capsys, monkeypatch):
     monkeypatch.setenv("TRANSDUCE_DATA", str(env.corpus.parent))
     rel = env.corpus.name
-    result = transduce(capsys, "evaluate", env.run, "--src", f"{rel}/test.en", "--ref", f"{rel}/test.xx",
-                       "--beam", "1", "--quiet")
+    result = transduce(
+        capsys, "evaluate", env.run, "--src", f"{rel}/test.en", "--ref", f"{rel}/test.xx", "--beam", "1", "--quiet"
+    )
     assert result.code == 0 and "BLEU" in result.out
     assert transduce(capsys, "score", "--hyp", f"{rel}/test.xx", "--ref", f"{rel}/test.xx").code == 0
 
@@ -292,8 +354,9 @@ def test_relative_paths_are_found_under_transduce_data(env, capsys, monkeypatch)
 def test_errors_replace_reads_invalid_utf8(env, capsys):
     (env.tmp / "bad.txt").write_bytes(b"the dog \xff sees\n")
     (env.tmp / "ref.txt").write_text("the dog sees\n")
-    result = transduce(capsys, "score", "--hyp", env.tmp / "bad.txt", "--ref", env.tmp / "ref.txt",
-                       "--errors", "replace")
+    result = transduce(
+        capsys, "score", "--hyp", env.tmp / "bad.txt", "--ref", env.tmp / "ref.txt", "--errors", "replace"
+    )
     assert result.code == 0 and "BLEU" in result.out
 
 
@@ -316,8 +379,11 @@ def test_run_files_follow_the_umask(tmp_path, toy_corpus, capsys, monkeypatch):
     finally:
         os.umask(old)
     run = tmp_path / "run"
-    modes = {p.relative_to(run).as_posix(): p.stat().st_mode & 0o777 for p in run.rglob("*")
-             if p.is_file() and p.name != ".transduce.lock"}
+    modes = {
+        p.relative_to(run).as_posix(): p.stat().st_mode & 0o777
+        for p in run.rglob("*")
+        if p.is_file() and p.name != ".transduce.lock"
+    }
     assert modes["config.json"] == modes["metrics.jsonl"], modes
     assert modes["metrics.jsonl"] == modes["checkpoints/step-00000002/model.safetensors"]
     assert set(modes.values()) == {0o640}, modes
@@ -325,11 +391,16 @@ def test_run_files_follow_the_umask(tmp_path, toy_corpus, capsys, monkeypatch):
 
 
 def test_errors_from_a_real_process_have_no_traceback(env):
-    proc = subprocess.run([sys.executable, "-m", "transduce", "average", str(env.run), "--last", "-3"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "transduce", "average", str(env.run), "--last", "-3"], capture_output=True, text=True
+    )
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "transduce", "translate", str(env.run), "--beam", "0"],
-                          capture_output=True, text=True, input="a dog\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "transduce", "translate", str(env.run), "--beam", "0"],
+        capture_output=True,
+        text=True,
+        input="a dog\n",
+    )
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
@@ -341,8 +412,19 @@ WRITERS = {
     "average": lambda e, out: ["average", e.run, "--last", "2", "--output", out],
     "attention": lambda e, out: ["attention", e.run, *ONE, "--out", out],
     "plot": lambda e, out: ["plot", e.run, "--out", out],
-    "evaluate --output": lambda e, out: ["evaluate", e.run, "--src", e.corpus / "test.en", "--ref",
-                                         e.corpus / "test.xx", "--beam", "1", "--quiet", "--output", out],
+    "evaluate --output": lambda e, out: [
+        "evaluate",
+        e.run,
+        "--src",
+        e.corpus / "test.en",
+        "--ref",
+        e.corpus / "test.xx",
+        "--beam",
+        "1",
+        "--quiet",
+        "--output",
+        out,
+    ],
     "demo": lambda e, out: ["demo", "--out", out, "--set", "train.max_steps=2"],
     "export": lambda e, out: ["export", "ctranslate2", e.run, "--out", out],
 }

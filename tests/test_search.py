@@ -3,18 +3,17 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-
 from conftest import run_cli
+
 from transduce import ModelConfig, Transformer
-from transduce.decoding.search import beam_search, greedy_search, length_penalty
 from transduce.data.tokenizer import EOS_ID
+from transduce.decoding.search import beam_search, greedy_search, length_penalty
 
 A, B = 4, 5
 V = 6
 # Next-token probabilities after each prefix (hand-set). Greedy: A A (p = .6 * .55 = .33).
 # Beam without length penalty: B (p = .4 * .9 = .36). With a strong GNMT penalty the longer "A A" wins again.
-TABLE = {(): {A: 0.6, B: 0.4}, (A,): {A: 0.55, EOS_ID: 0.45}, (B,): {EOS_ID: 0.9, A: 0.1},
-         (A, A): {EOS_ID: 1.0}}
+TABLE = {(): {A: 0.6, B: 0.4}, (A,): {A: 0.55, EOS_ID: 0.45}, (B,): {EOS_ID: 0.9, A: 0.1}, (A, A): {EOS_ID: 1.0}}
 
 
 @dataclass
@@ -81,7 +80,7 @@ def test_length_penalty_changes_the_winner():
 
 def test_length_penalty_forms():
     assert length_penalty(7.0, kind="gnmt", alpha=0.6) == pytest.approx((12 / 6) ** 0.6)
-    assert length_penalty(7.0, kind="length", alpha=0.6) == pytest.approx(7 ** 0.6)
+    assert length_penalty(7.0, kind="length", alpha=0.6) == pytest.approx(7**0.6)
     assert length_penalty(7.0, kind="none", alpha=0.6) == 1.0
 
 
@@ -94,8 +93,9 @@ def test_maximum_length_is_respected():
 
 def _random_model(seed=0):
     torch.manual_seed(seed)
-    return Transformer(ModelConfig(vocab_size=30, n_layers=2, d_model=32, d_ff=64, n_heads=4, dropout=0.0,
-                                   max_len=64)).eval()
+    return Transformer(
+        ModelConfig(vocab_size=30, n_layers=2, d_model=32, d_ff=64, n_heads=4, dropout=0.0, max_len=64)
+    ).eval()
 
 
 def _sources(n=6, seed=1):
@@ -123,8 +123,11 @@ def test_batched_decoding_equals_one_sentence_at_a_time(beam):
     batched = beam_search(model, src, beam=beam, max_len_b=12) if beam > 1 else greedy_search(model, src, max_len_b=12)
     for i, row in enumerate(rows):
         alone_src = torch.tensor([row])
-        alone = beam_search(model, alone_src, beam=beam, max_len_b=12) if beam > 1 else \
-            greedy_search(model, alone_src, max_len_b=12)
+        alone = (
+            beam_search(model, alone_src, beam=beam, max_len_b=12)
+            if beam > 1
+            else greedy_search(model, alone_src, max_len_b=12)
+        )
         assert alone[0][0].tokens == batched[i][0].tokens
         assert alone[0][0].score == pytest.approx(batched[i][0].score, abs=1e-4)
 
@@ -186,20 +189,29 @@ def test_translate_cli_streams_line_for_line(trained_run, tmp_path):
     assert len(out) == len(lines) + 1 and out[-1] == "" and out[2] == ""
     assert "line 7" in proc.stderr and "truncat" in proc.stderr
     nbest = run_cli("translate", str(run), "--beam", "3", "--nbest", "2", "--quiet", input="the dog\n")
-    rows = [l.split("\t") for l in nbest.stdout.splitlines()]
+    rows = [ln.split("\t") for ln in nbest.stdout.splitlines()]
     assert [r[0] for r in rows] == ["0", "0"] and float(rows[0][1]) >= float(rows[1][1])
 
 
 def test_evaluate_and_score_print_signatures(trained_run, tmp_path):
     run, corpus = trained_run
     hyp = tmp_path / "hyp.txt"
-    proc = run_cli("evaluate", str(run), "--src", str(corpus / "test.en"), "--ref", str(corpus / "test.xx"),
-                   "--output", str(hyp), "--quiet")
+    proc = run_cli(
+        "evaluate",
+        str(run),
+        "--src",
+        str(corpus / "test.en"),
+        "--ref",
+        str(corpus / "test.xx"),
+        "--output",
+        str(hyp),
+        "--quiet",
+    )
     assert "BLEU = " in proc.stdout and "nrefs:1|case:mixed|eff:no|tok:13a" in proc.stdout
     assert "chrF = " in proc.stdout and "sentences/s" in proc.stdout
     assert len(hyp.read_text().splitlines()) == 30
     scored = run_cli("score", "--hyp", str(hyp), "--ref", str(corpus / "test.xx"))
-    bleu = lambda out: float(out.split("BLEU = ")[1].split()[0])  # noqa: E731
+    bleu = lambda out: float(out.split("BLEU = ")[1].split()[0])
     assert bleu(scored.stdout) == bleu(proc.stdout) and bleu(proc.stdout) > 5.0
     short = tmp_path / "short.txt"
     short.write_text("one line\n")

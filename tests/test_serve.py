@@ -36,8 +36,9 @@ def sentences(trained_run):
 
 @pytest.fixture
 def client(translator):
-    with TestClient(create_app(translator, limits=LIMITS, metadata={"languages": {"source": "en", "target": "xx"}})) \
-            as test_client:
+    with TestClient(
+        create_app(translator, limits=LIMITS, metadata={"languages": {"source": "en", "target": "xx"}})
+    ) as test_client:
         yield test_client
 
 
@@ -113,24 +114,30 @@ def test_invalid_json_is_400(client):
     assert error_of(response, 400)["code"] == "invalid_json"
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ({"text": ["a"], "beem": 3}, "beem: unknown field"),
-    ({"text": "a plain string"}, "text:"),
-    ({"text": []}, "text:"),
-    ({"text": ["a"], "beam": 0}, "beam:"),
-    ({"text": ["a"], "nbest": 0}, "nbest:"),
-    ({"text": ["a"], "beam": 2, "nbest": 3}, "nbest (3) must not exceed beam (2)"),
-    ({"text": [1, 2]}, "text.0:"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({"text": ["a"], "beem": 3}, "beem: unknown field"),
+        ({"text": "a plain string"}, "text:"),
+        ({"text": []}, "text:"),
+        ({"text": ["a"], "beam": 0}, "beam:"),
+        ({"text": ["a"], "nbest": 0}, "nbest:"),
+        ({"text": ["a"], "beam": 2, "nbest": 3}, "nbest (3) must not exceed beam (2)"),
+        ({"text": [1, 2]}, "text.0:"),
+    ],
+)
 def test_bad_requests_are_422_naming_the_field(client, body, fragment):
     assert fragment in error_of(client.post("/v1/translate", json=body), 422)["message"]
 
 
-@pytest.mark.parametrize("body, limit", [
-    ({"text": ["a"] * 9}, "max_sentences"),
-    ({"text": ["a", "b" * 201]}, "max_chars"),
-    ({"text": ["a"], "beam": 7}, "max_beam"),
-])
+@pytest.mark.parametrize(
+    "body, limit",
+    [
+        ({"text": ["a"] * 9}, "max_sentences"),
+        ({"text": ["a", "b" * 201]}, "max_chars"),
+        ({"text": ["a"], "beam": 7}, "max_beam"),
+    ],
+)
 def test_request_limits_are_422_naming_the_limit(client, body, limit):
     error = error_of(client.post("/v1/translate", json=body), 422)
     assert error["limit"] == limit and error["max"] == getattr(LIMITS, limit)
@@ -182,8 +189,10 @@ async def _concurrent(app, bodies):
 
 
 def test_concurrent_requests_are_batched_and_equal_one_at_a_time(translator, sentences):
-    bodies = [{"text": [s]} for s in sentences] + [{"text": sentences[:3], "beam": 3}, {"text": sentences[3:5],
-                                                                                         "beam": 3, "nbest": 2}]
+    bodies = [{"text": [s]} for s in sentences] + [
+        {"text": sentences[:3], "beam": 3},
+        {"text": sentences[3:5], "beam": 3, "nbest": 2},
+    ]
     app = create_app(translator, limits=LIMITS, max_wait_ms=50.0)
     answers = asyncio.run(_concurrent(app, bodies))
     batcher = app.state.service.batcher
@@ -216,8 +225,13 @@ def test_batcher_respects_the_token_budget_and_isolates_failures():
 
     async def scenario():
         batcher = DynamicBatcher(run, max_tokens=5, max_wait_s=0.02)
-        jobs = [batcher.submit(["a b"]), batcher.submit(["c"]), batcher.submit(["d e f"]), batcher.submit(["bad"]),
-                batcher.submit(["g"])]
+        jobs = [
+            batcher.submit(["a b"]),
+            batcher.submit(["c"]),
+            batcher.submit(["d e f"]),
+            batcher.submit(["bad"]),
+            batcher.submit(["g"]),
+        ]
         results = await asyncio.gather(*jobs, return_exceptions=True)
         await batcher.close()
         return results
@@ -248,8 +262,10 @@ def test_classify_returns_labels_and_probabilities_in_order(classifier, sentence
             assert list(prediction["probabilities"].values()) == pytest.approx(row, abs=1e-6)
             assert prediction["label"] == ["neg", "neu", "pos"][row.index(max(row))]
         assert error_of(test_client.post("/v1/classify", json={"text": ["a"] * 9}), 422)["limit"] == "max_sentences"
-        assert "beam: unknown field" in error_of(test_client.post("/v1/classify", json={"text": ["a"], "beam": 2}),
-                                                 422)["message"]
+        assert (
+            "beam: unknown field"
+            in error_of(test_client.post("/v1/classify", json={"text": ["a"], "beam": 2}), 422)["message"]
+        )
         assert test_client.post("/v1/translate", json={"text": ["a"]}).status_code == 404
 
 
@@ -318,8 +334,9 @@ def test_sigterm_finishes_in_flight_requests(tmp_path):
         url = f"http://127.0.0.1:{port}"
         wait_until_up(url, proc)
         answers = []
-        request = threading.Thread(target=lambda: answers.append(
-            httpx.post(url + "/v1/translate", json={"text": ["abc"]}, timeout=20.0)))
+        request = threading.Thread(
+            target=lambda: answers.append(httpx.post(url + "/v1/translate", json={"text": ["abc"]}, timeout=20.0))
+        )
         request.start()
         time.sleep(0.5)  # the request is now inside the 1.5 s model call
         proc.send_signal(signal.SIGTERM)

@@ -8,26 +8,27 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT, run_cli, tiny_recipe
 from safetensors.torch import load_file
 
-from conftest import ROOT, run_cli, tiny_recipe
-from transduce.training.checkpoint import average_checkpoints, checkpoint_dirs
 from transduce.config import ConfigError, load_config
-from transduce.training.loss import label_smoothed_nll
-from transduce.training.optim import inverse_sqrt_lr, learning_rate, linear_decay_lr, noam_lr
 from transduce.model import cpu_speed
 from transduce.model.cpu_speed import keep_freed_memory
+from transduce.training.checkpoint import average_checkpoints, checkpoint_dirs
 from transduce.training.loop import TrainingError, train
+from transduce.training.loss import label_smoothed_nll
+from transduce.training.optim import inverse_sqrt_lr, learning_rate, linear_decay_lr, noam_lr
 
 
 def test_noam_schedule_is_equation_3():
     for step in (1, 10, 3999, 4000, 4001, 100_000):
-        expected = 512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5)
+        expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
         assert noam_lr(step, d_model=512, warmup_steps=4000) == pytest.approx(expected)
     peak = max(noam_lr(s, d_model=512, warmup_steps=4000) for s in range(1, 10000))
     assert peak == pytest.approx(noam_lr(4000, d_model=512, warmup_steps=4000))
     assert noam_lr(100, d_model=512, warmup_steps=4000, scale=2.0) == pytest.approx(
-        2 * noam_lr(100, d_model=512, warmup_steps=4000))
+        2 * noam_lr(100, d_model=512, warmup_steps=4000)
+    )
 
 
 def test_inverse_sqrt_schedule():
@@ -41,8 +42,9 @@ def test_linear_decay_schedule():
     assert linear_decay_lr(100, peak_lr=1e-3, warmup_steps=100, total_steps=1100) == pytest.approx(1e-3)
     assert linear_decay_lr(600, peak_lr=1e-3, warmup_steps=100, total_steps=1100) == pytest.approx(5e-4)
     assert linear_decay_lr(1100, peak_lr=1e-3, warmup_steps=100, total_steps=1100) == 0.0
-    config = load_config(None, ["train.lr_schedule=linear", "train.peak_lr=0.002", "train.warmup_steps=10",
-                                "train.max_steps=110"]).train
+    config = load_config(
+        None, ["train.lr_schedule=linear", "train.peak_lr=0.002", "train.warmup_steps=10", "train.max_steps=110"]
+    ).train
     assert learning_rate(60, config, d_model=512) == pytest.approx(1e-3)
 
 
@@ -87,6 +89,7 @@ def test_malloc_setting_keeps_blocks_below_32_mb_off_mmap():
 
 def test_logits_workspace_gives_the_same_loss_and_gradients():
     from transduce import ModelConfig, Transformer
+
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_layers=2, dropout=0.0)
     plain, spaced = Transformer(config), Transformer(config)
@@ -120,27 +123,40 @@ def test_label_smoothing_zero_is_nll_and_matches_torch():
     logits, target = torch.randn(5, 7, 11), torch.randint(1, 11, (5, 7))
     target[0, 4:] = 0
     loss, nll = label_smoothed_nll(logits, target, eps=0.0, pad_id=0)
-    expected = torch.nn.functional.cross_entropy(logits.view(-1, 11), target.view(-1), ignore_index=0,
-                                                 reduction="sum")
+    expected = torch.nn.functional.cross_entropy(logits.view(-1, 11), target.view(-1), ignore_index=0, reduction="sum")
     assert torch.allclose(loss, expected) and torch.allclose(nll, expected)
     loss, nll = label_smoothed_nll(logits, target, eps=0.1, pad_id=0)
-    smoothed = torch.nn.functional.cross_entropy(logits.view(-1, 11), target.view(-1), ignore_index=0,
-                                                 reduction="sum", label_smoothing=0.1)
+    smoothed = torch.nn.functional.cross_entropy(
+        logits.view(-1, 11), target.view(-1), ignore_index=0, reduction="sum", label_smoothing=0.1
+    )
     assert torch.allclose(loss, smoothed, atol=1e-5) and torch.allclose(nll, expected)
     assert loss > nll  # smoothing penalises the confident (random) model more
 
 
+# Parameters of each shipped translation recipe's model with a vocabulary of 1000, counted by hand (post-LN, tied
+# embeddings, sinusoidal positions): V*d + N * (4(d^2 + d) + FFN + 2*2d) + N * (8(d^2 + d) + FFN + 3*2d), where
+# FFN = 2*d*d_ff + d_ff + d. demo (N 2, d 128, d_ff 256): 128,000 + 2 * 132,480 + 2 * 198,784; multi30k (N 3, d 256,
+# d_ff 1024): 256,000 + 3 * 789,760 + 3 * 1,053,440; wmt14-base: Table 3's 63,082,496 less (37000 - 1000) * 512.
+RECIPE_PARAMETERS = {"demo": 790_528, "multi30k": 5_785_600, "wmt14-base": 44_650_496}
+
+
 def test_recipes_parse_and_build(tmp_path):
+    import tomllib
+
     from transduce.model import Transformer
 
+    built = {}
     for recipe in sorted((ROOT / "recipes").glob("*.toml")):
-        if recipe.name.startswith("imdb"):  # classifier recipes: tests/test_classify.py
+        raw = tomllib.loads(recipe.read_text())
+        if raw.get("task", "translation") != "translation":  # classifier and parser recipes: their own tests
             continue
         config = load_config(recipe)
-        assert config.train.max_steps > 0
+        assert config.train.max_steps == raw["train"]["max_steps"], recipe.name
+        assert (config.model.d_model, config.model.n_layers) == (raw["model"]["d_model"], raw["model"]["n_layers"])
         if config.model.d_model <= 512:
             model = Transformer(config.model.__class__(**{**config.model.__dict__, "vocab_size": 1000}))
-            assert model.num_parameters() > 0
+            built[recipe.stem] = model.num_parameters()
+    assert built == RECIPE_PARAMETERS
     base = load_config(ROOT / "recipes" / "wmt14-base.toml")
     assert (base.model.d_model, base.model.n_layers, base.train.warmup_steps, base.decode.beam) == (512, 6, 4000, 4)
     big = load_config(ROOT / "recipes" / "wmt14-big.toml")
@@ -169,7 +185,11 @@ def test_unknown_keys_and_wrong_types_are_refused(tmp_path):
         load_config(None, ["optim.lr=1"])
     config = load_config(None, ["train.max_steps=7", "model.norm_first=true", "data.src=fr", "train.lr_scale=2"])
     assert (config.train.max_steps, config.model.norm_first, config.data.src, config.train.lr_scale) == (
-        7, True, "fr", 2.0)
+        7,
+        True,
+        "fr",
+        2.0,
+    )
 
 
 def test_cli_refuses_bad_recipe_and_unknown_command(tmp_path):
@@ -193,12 +213,13 @@ def test_training_logs_saves_and_does_nothing_when_finished(tmp_path, toy_corpus
     train_records = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train_records] == [5, 10, 15, 20, 25, 30]
     assert train_records[-1]["loss"] < train_records[0]["loss"]
-    assert all({"lr", "loss", "nll", "ppl", "tokens_per_s", "padding_efficiency", "elapsed"} <= r.keys()
-               for r in train_records)
+    assert all(
+        {"lr", "loss", "nll", "ppl", "tokens_per_s", "padding_efficiency", "elapsed"} <= r.keys() for r in train_records
+    )
     valid = [r for r in records if r["kind"] == "valid"]
     assert [r["step"] for r in valid] == [15, 30] and "valid_bleu" in valid[0]
-    step_lines = [l for l in (run / "train.log").read_text().splitlines() if l.startswith("step ")]
-    assert sum("padding efficiency" in l for l in step_lines) == 6
+    step_lines = [ln for ln in (run / "train.log").read_text().splitlines() if ln.startswith("step ")]
+    assert sum("padding efficiency" in ln for ln in step_lines) == 6
     again = train(load_config(recipe), run, quiet=True)
     assert again["step"] == 30 and len(checkpoint_dirs(run)) == 3
     assert "nothing to do" in (run / "train.log").read_text()
@@ -222,9 +243,12 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path, toy_corpus):
     run_cli("train", str(recipe), "--out", str(tmp_path / "straight"))
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "transduce", "train", str(recipe), "--out",
-                             str(tmp_path / "killed")], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transduce", "train", str(recipe), "--out", str(tmp_path / "killed")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ckpt = tmp_path / "killed" / "checkpoints" / "step-00000030"
     deadline = time.time() + 120
     while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
@@ -240,8 +264,8 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path, toy_corpus):
     assert a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
-    log_a = [json.loads(l) for l in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
-    log_b = [json.loads(l) for l in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    log_a = [json.loads(ln) for ln in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
+    log_b = [json.loads(ln) for ln in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log_a] == [r["step"] for r in log_b]
     assert [r.get("loss") for r in log_a] == [r.get("loss") for r in log_b]
     assert sum("loss" in r for r in log_a) == 24
@@ -250,8 +274,13 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path, toy_corpus):
 def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, toy_corpus):
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=100000, save_every=100000)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "transduce", "train", str(recipe), "--out", str(tmp_path / "run")],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transduce", "train", str(recipe), "--out", str(tmp_path / "run")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics = tmp_path / "run" / "metrics.jsonl"
     deadline = time.time() + 120
     while not (metrics.exists() and metrics.read_text().count("\n") >= 2) and time.time() < deadline:
@@ -303,9 +332,27 @@ def test_ddp_two_processes_equal_one_process_with_accumulation(tmp_path, toy_cor
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=6, save_every=6, dropout=0.0)
     run_cli("train", str(recipe), "--out", str(tmp_path / "single"), "--set", "train.accumulate=2")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "--master-port", "29517", "-m", "transduce", "train", str(recipe), "--out",
-                           str(tmp_path / "ddp")], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "29517",
+            "-m",
+            "transduce",
+            "train",
+            str(recipe),
+            "--out",
+            str(tmp_path / "ddp"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     a, b = _final_weights(tmp_path / "single"), _final_weights(tmp_path / "ddp")
     for name in a:
@@ -317,7 +364,7 @@ def test_ddp_two_processes_equal_one_process_with_accumulation(tmp_path, toy_cor
 
     init = Transformer(read_config(tmp_path / "ddp" / "config.json").model).state_dict()
     assert any(not torch.allclose(init[n], b[n], atol=1e-3) for n in b)
-    records = [json.loads(l) for l in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(ln) for ln in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["kind"] == "train"] == [5, 6]  # rank 0 alone logs
     # each rank draws from its own generator, and the checkpoint keeps both states for an exact resume
     from safetensors.torch import load_file
@@ -366,8 +413,11 @@ def test_fused_label_smoothing_gradient_is_exact(monkeypatch):
     target = torch.randint(0, 9, (7,))
     weight = torch.tensor([1, 1, 0, 1, 1, 1, 0], dtype=torch.float64)
     for eps in (0.0, 0.1, 0.3):
-        assert torch.autograd.gradcheck(lambda z: _SmoothedCrossEntropy.apply(z, target, weight, eps, False)[0],
-                                       (logits,))
+
+        def smoothed(z, eps=eps):
+            return _SmoothedCrossEntropy.apply(z, target, weight, eps, False)[0]
+
+        assert torch.autograd.gradcheck(smoothed, (logits,))
     # reuse_logits=True works in place on the logits (exp in the forward, gradient in the backward): same results
     # as the checked path, which leaves its input alone; chunking by rows is exercised with a 3-row chunk
     monkeypatch.setattr("transduce.training.loss._CHUNK_ELEMENTS", 27)
@@ -386,10 +436,11 @@ def test_fused_label_smoothing_gradient_is_exact(monkeypatch):
 
 
 def test_training_projects_only_real_target_positions():
+    import numpy as np
+
+    from transduce.config import ModelConfig
     from transduce.data import ParallelCorpus, TokenArrays, collate
     from transduce.model import Transformer
-    from transduce.config import ModelConfig
-    import numpy as np
 
     corpus = ParallelCorpus(TokenArrays.from_lists([[5, 6, 7], [8]]), TokenArrays.from_lists([[9], [10, 11, 12]]))
     batch = collate(corpus, np.array([0, 1]))

@@ -35,6 +35,7 @@ def corpus(name: str) -> Path:
 
 # --------------------------------------------------------------------------------------------------- reading
 
+
 def test_parse_reads_labels_words_and_preterminals():
     tree = parse_tree("(ROOT (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))")
     assert tree.label == "ROOT" and not tree.is_preterminal
@@ -53,17 +54,20 @@ def test_empty_root_bracket_and_whitespace_forms():
     assert words(multi) == ["It", "works"]
 
 
-@pytest.mark.parametrize("text, reason, line", [
-    ("(S (NP (DT a) (NN b))", "unbalanced brackets: 1 bracket(s) still open", 1),
-    ("(S (NP (DT a)))) ", "')' closes nothing", 1),
-    ("()", "empty tree ()", 1),
-    ("(S (NP) (VP (VB go)))", "empty constituent (NP)", 1),
-    ("(S (NP the dog))", "word 'dog' outside a preterminal", 1),
-    ("(S the (NP (NN dog)))", "word 'the' outside a preterminal", 1),
-    ("(NP (DT the)\n dog)", "word 'dog' outside a preterminal", 2),
-    ("dog (NP (NN dog))", "word 'dog' outside any bracket", 1),
-    ("(S (NN a) (NN b) x)", "word 'x' outside a preterminal", 1),
-])
+@pytest.mark.parametrize(
+    "text, reason, line",
+    [
+        ("(S (NP (DT a) (NN b))", "unbalanced brackets: 1 bracket(s) still open", 1),
+        ("(S (NP (DT a)))) ", "')' closes nothing", 1),
+        ("()", "empty tree ()", 1),
+        ("(S (NP) (VP (VB go)))", "empty constituent (NP)", 1),
+        ("(S (NP the dog))", "word 'dog' outside a preterminal", 1),
+        ("(S the (NP (NN dog)))", "word 'the' outside a preterminal", 1),
+        ("(NP (DT the)\n dog)", "word 'dog' outside a preterminal", 2),
+        ("dog (NP (NN dog))", "word 'dog' outside any bracket", 1),
+        ("(S (NN a) (NN b) x)", "word 'x' outside a preterminal", 1),
+    ],
+)
 def test_parse_errors_name_source_line_and_problem(text, reason, line):
     with pytest.raises(TreeError) as info:
         parse_tree(text, source="f.trees", line=1)
@@ -119,20 +123,36 @@ def test_read_trees_file_errors_and_formats(tmp_path):
 
 # --------------------------------------------------------------------------------------------- normalization
 
-@pytest.mark.parametrize("label, expected", [
-    ("NP-SBJ-1", "NP"), ("NP-SBJ=1-3", "NP"), ("NP=2", "NP"), ("S-TPC-2", "S"), ("PP-LOC-PRD", "PP"),
-    ("-NONE-", "-NONE-"), ("-LRB-", "-LRB-"), ("-RRB-", "-RRB-"), ("PRP$", "PRP$"), ("ADVP|PRT", "ADVP|PRT"),
-    ("NP", "NP"), ("", ""),
-])
+
+@pytest.mark.parametrize(
+    "label, expected",
+    [
+        ("NP-SBJ-1", "NP"),
+        ("NP-SBJ=1-3", "NP"),
+        ("NP=2", "NP"),
+        ("S-TPC-2", "S"),
+        ("PP-LOC-PRD", "PP"),
+        ("-NONE-", "-NONE-"),
+        ("-LRB-", "-LRB-"),
+        ("-RRB-", "-RRB-"),
+        ("PRP$", "PRP$"),
+        ("ADVP|PRT", "ADVP|PRT"),
+        ("NP", "NP"),
+        ("", ""),
+    ],
+)
 def test_strip_function_tags(label, expected):
     assert strip_function_tags(label) == expected
 
 
 def test_normalize_strips_traces_empties_function_tags_and_sets_root():
-    raw = parse_tree("((S (NP-SBJ-1 (NNP Rudolph)) (VP (VBD was) (VP (VBN named) (S (NP-SBJ (-NONE- *-1)) "
-                     "(NP-PRD (DT a) (NN director))))) (SBAR (-NONE- 0) (S (-NONE- *T*-1))) (. .)))")
-    assert to_string(normalize(raw)) == ("(ROOT (S (NP (NNP Rudolph)) (VP (VBD was) (VP (VBN named) "
-                                         "(S (NP (DT a) (NN director))))) (. .)))")
+    raw = parse_tree(
+        "((S (NP-SBJ-1 (NNP Rudolph)) (VP (VBD was) (VP (VBN named) (S (NP-SBJ (-NONE- *-1)) "
+        "(NP-PRD (DT a) (NN director))))) (SBAR (-NONE- 0) (S (-NONE- *T*-1))) (. .)))"
+    )
+    assert to_string(normalize(raw)) == (
+        "(ROOT (S (NP (NNP Rudolph)) (VP (VBD was) (VP (VBN named) (S (NP (DT a) (NN director))))) (. .)))"
+    )
     assert normalize(parse_tree("(TOP (S (NN x)))")).label == "ROOT"
     assert to_string(normalize(parse_tree("(S (NN x))"))) == "(ROOT (S (NN x)))"
     assert to_string(normalize(parse_tree("(NN x)"))) == "(ROOT (NN x))"
@@ -155,6 +175,7 @@ def test_escaping_round_trips_and_keeps_output_parseable():
 
 # --------------------------------------------------------------------------------------------- linearization
 
+
 def test_linearize_scheme():
     tree = parse_tree("(ROOT (S (NP (DT The) (NN dog)) (VP (VBZ barks))))")
     assert linearize(tree) == ["(ROOT", "(S", "(NP", "DT", "NN", ")", "(VP", "VBZ", ")", ")", ")"]
@@ -165,16 +186,19 @@ def test_linearize_scheme():
     assert delinearize(["NN"], ["x"]) == Tree("NN", ["x"])
 
 
-@pytest.mark.parametrize("tokens, sentence, reason", [
-    (["(S", "NN", ")", ")"], ["a"], "after the tree is complete"),
-    ([")"], [], "closes nothing"),
-    (["(S", ")"], [], "empty constituent"),
-    (["(S", "NN", "NN", ")"], ["a"], "more leaves"),
-    (["(S", "NN", ")"], ["a", "b"], "1 leaves for 2 words"),
-    (["(S", "(NP", "NN", ")"], ["a"], "1 constituent(s) open"),
-    ([], [], "no tree"),
-    (["NN", "NN"], ["a", "b"], "after the tree is complete"),
-])
+@pytest.mark.parametrize(
+    "tokens, sentence, reason",
+    [
+        (["(S", "NN", ")", ")"], ["a"], "after the tree is complete"),
+        ([")"], [], "closes nothing"),
+        (["(S", ")"], [], "empty constituent"),
+        (["(S", "NN", "NN", ")"], ["a"], "more leaves"),
+        (["(S", "NN", ")"], ["a", "b"], "1 leaves for 2 words"),
+        (["(S", "(NP", "NN", ")"], ["a"], "1 constituent(s) open"),
+        ([], [], "no tree"),
+        (["NN", "NN"], ["a", "b"], "after the tree is complete"),
+    ],
+)
 def test_delinearize_refuses_what_is_not_one_tree(tokens, sentence, reason):
     with pytest.raises(TreeError, match=reason.replace("(", r"\(").replace(")", r"\)")):
         delinearize(tokens, sentence)
@@ -199,14 +223,21 @@ def test_specials_share_the_tokenizer_ids():
 
 # ------------------------------------------------------------------------------------------ the real corpora
 
-@pytest.mark.parametrize("name", ["gum_const/train.trees.gz", "gum_const/dev.trees",
-                                  "ptb_sample_nltk/treebank.trees.gz"])
+
+@pytest.mark.parametrize(
+    "name", ["gum_const/train.trees.gz", "gum_const/dev.trees", "ptb_sample_nltk/treebank.trees.gz"]
+)
 def test_every_corpus_tree_reads_reprints_and_round_trips(name):
     path = corpus(name)
     lines = [text for _, text in read_lines(path)]
     raw = read_trees(path)
-    assert len(raw) == len(lines) == {"gum_const/train.trees.gz": 3707, "gum_const/dev.trees": 438,
-                                      "ptb_sample_nltk/treebank.trees.gz": 3669}[name]
+    assert (
+        len(raw)
+        == len(lines)
+        == {"gum_const/train.trees.gz": 3707, "gum_const/dev.trees": 438, "ptb_sample_nltk/treebank.trees.gz": 3669}[
+            name
+        ]
+    )
     assert [to_string(t) for t in raw] == lines  # the reader loses nothing
     normalized = [normalize(t) for t in raw]
     for tree in normalized:

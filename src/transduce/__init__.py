@@ -1,7 +1,64 @@
-"""transduce: the Transformer of "Attention Is All You Need", from raw parallel text to sacreBLEU."""
+"""transduce: the Transformer of "Attention Is All You Need", from raw text to sacreBLEU, EVALB and a server.
 
-from .config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
-from .model import Transformer
+The public Python API:
 
-__all__ = ["Config", "DataConfig", "DecodeConfig", "ModelConfig", "TrainConfig", "Transformer"]
+    from transduce import Translator, Classifier, Parser, train, load_config
+
+    translator = Translator.from_run("runs/m30k")           # a run directory, or a weights file inside one
+    translator.translate(["A dog runs."])                   # -> ["Ein Hund rennt."]
+    translator.translate_nbest(["A dog runs."], nbest=4)    # -> [[Translation(text, score, tokens), ...]]
+    Classifier.from_run("runs/imdb").predict(["A fine film."])
+    Parser.from_run("runs/gum").parse(["The dog barks ."])  # -> ["(ROOT (S (NP (DT The) (NN dog)) ...))"]
+    train(load_config("multi30k", ["train.max_steps=2000"]), "runs/m30k")   # or train("multi30k", "runs/m30k")
+
+Names are imported on first use, so `import transduce` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from .config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig, load_config
+
 __version__ = "0.1.0"
+__all__ = [
+    "Classifier",
+    "Config",
+    "DataConfig",
+    "DecodeConfig",
+    "ModelConfig",
+    "Parser",
+    "TrainConfig",
+    "Transformer",
+    "Translator",
+    "load_config",
+    "train",
+]
+
+_LAZY = {
+    "Translator": "transduce.decoding.translator",
+    "Classifier": "transduce.tasks.classification",
+    "Parser": "transduce.tasks.parsing",
+    "Transformer": "transduce.model",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'transduce' has no attribute {name!r}")
+
+
+def train(config: Any, run_dir: str | Path, *, overrides: list[str] | None = None, quiet: bool = False) -> dict:
+    """Train (or resume) in `run_dir`. `config`: a config object (load_config), or a recipe's path or shipped name.
+
+    Returns {"step", "stopped", "best", "config"}."""
+    from .training.loop import train as train_task
+
+    if isinstance(config, (str, Path)):
+        config = load_config(config, overrides or [])
+    elif overrides:
+        raise TypeError("overrides apply to a recipe name or path; a config object is already resolved")
+    return train_task(config, run_dir, quiet=quiet)

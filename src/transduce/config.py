@@ -1,4 +1,4 @@
-"""Configuration: frozen dataclasses whose defaults are the paper's base model (PAPER.md §3-§5).
+"""Configuration: frozen dataclasses whose defaults are the paper's base model (the paper's §3-§5).
 
 A run is described by one `Config` = model + data + train + decode sections. Recipes are TOML files whose tables
 map onto these sections (`[model]`, `[data]`, `[train]`, `[decode]`); `--set section.key=value` overrides any field.
@@ -14,6 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,9 +62,7 @@ class ModelConfig:
         if self.vocab_size < 0:
             raise ConfigError(f"model.vocab_size must be >= 0, got {self.vocab_size}")
         if self.d_model % self.n_heads:
-            raise ConfigError(
-                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
-            )
+            raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
@@ -87,21 +86,20 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     @classmethod
-    def base(cls, *, vocab_size: int, **overrides) -> "ModelConfig":
+    def base(cls, *, vocab_size: int, **overrides) -> ModelConfig:
         """Table 3 "base": N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (63.08M parameters with V=37000)."""
         return cls(vocab_size=vocab_size, **overrides)
 
     @classmethod
-    def big(cls, *, vocab_size: int, **overrides) -> "ModelConfig":
+    def big(cls, *, vocab_size: int, **overrides) -> ModelConfig:
         """Table 3 "big": N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3 (214.25M parameters with V=37000)."""
-        settings = dict(d_model=1024, d_ff=4096, n_heads=16, dropout=0.3)
-        settings.update(overrides)
+        settings: dict[str, Any] = {"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3, **overrides}
         return cls(vocab_size=vocab_size, **settings)
 
 
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
-    """Where the parallel text is and how it becomes token ids (PAPER.md §4: one shared subword vocabulary).
+    """Where the parallel text is and how it becomes token ids (the paper's §5.1: one shared subword vocabulary).
 
     `train`, `valid`, `test` are file prefixes: PREFIX.{src} and PREFIX.{tgt}, optionally gzipped.
     """
@@ -152,7 +150,7 @@ class TrainConfig:
     valid_bleu: bool = True
     valid_max_sentences: int = 500
     valid_beam: int = 1
-    early_stop_metric: str = "loss"  # "loss", "bleu" (translation) or "accuracy" (classification); picks "best"
+    early_stop_metric: str = "loss"  # "loss", "bleu" (translation), "accuracy" (classification), "f1" (parsing)
     patience: int = 0  # validations without improvement before stopping; 0 = never stop early
     save_every: int = 1000
     keep_last: int = 5
@@ -167,13 +165,23 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.lr_schedule not in ("noam", "inverse_sqrt", "constant", "linear"):
-            raise ConfigError(f"train.lr_schedule must be 'noam', 'inverse_sqrt', 'constant' or 'linear', "
-                              f"got {self.lr_schedule!r}")
-        if self.early_stop_metric not in ("loss", "bleu", "accuracy"):
-            raise ConfigError(f"train.early_stop_metric must be 'loss', 'bleu' or 'accuracy', "
-                              f"got {self.early_stop_metric!r}")
-        for name in ("max_steps", "max_tokens", "accumulate", "warmup_steps", "valid_every", "save_every",
-                     "keep_last", "log_every"):
+            raise ConfigError(
+                f"train.lr_schedule must be 'noam', 'inverse_sqrt', 'constant' or 'linear', got {self.lr_schedule!r}"
+            )
+        if self.early_stop_metric not in ("loss", "bleu", "accuracy", "f1"):
+            raise ConfigError(
+                f"train.early_stop_metric must be 'loss', 'bleu', 'accuracy' or 'f1', got {self.early_stop_metric!r}"
+            )
+        for name in (
+            "max_steps",
+            "max_tokens",
+            "accumulate",
+            "warmup_steps",
+            "valid_every",
+            "save_every",
+            "keep_last",
+            "log_every",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)}")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -182,7 +190,7 @@ class TrainConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class DecodeConfig:
-    """Inference (PAPER.md §5): beam 4, GNMT length penalty alpha 0.6, max length = a * |x| + b with a=1, b=50."""
+    """Inference (the paper's §6.1): beam 4, GNMT length penalty alpha 0.6, max length = a * |x| + b with a=1, b=50."""
 
     beam: int = 4
     alpha: float = 0.6
@@ -209,7 +217,7 @@ class Config:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def replace(self, **sections) -> "Config":
+    def replace(self, **sections) -> Config:
         return dataclasses.replace(self, **sections)
 
 
@@ -265,8 +273,34 @@ def _build_section(cls, values: dict, section: str):
     return cls(**kwargs)
 
 
-def config_from_dict(raw: dict, cls=Config):
-    """Build a Config (or another config of sections, such as ClassifierRunConfig) from nested dicts."""
+def task_config_class(task: str | None):
+    """The config class of a task name ("translation" when None): a recipe's top-level `task` key chooses it."""
+    from .tasks.base import task_class
+
+    return task_class(task or "translation").config_class
+
+
+def task_name(config) -> str:
+    """The task a config object trains (the inverse of task_config_class)."""
+    from .tasks.base import TASKS
+
+    for name in TASKS:
+        if isinstance(config, task_config_class(name)):
+            return name
+    raise ConfigError(f"no task trains a {type(config).__name__}")
+
+
+def config_from_dict(raw: dict, cls=None):
+    """Build a run config from nested dicts: its class is `cls`, else the one its top-level `task` key names
+    (translation's Config when absent). A `task` key that disagrees with `cls` is refused."""
+    raw = dict(raw)
+    task = raw.pop("task", None)
+    if task is not None and not isinstance(task, str):
+        raise ConfigError(f"task must be a string, got {task!r}")
+    if cls is None:
+        cls = task_config_class(task)
+    elif task is not None and task_config_class(task) is not cls:
+        raise ConfigError(f"this is a {task} recipe; it cannot configure a {cls.__name__}")
     known = {f.name: typing.get_type_hints(cls)[f.name] for f in dataclasses.fields(cls)}
     sections = {}
     for name, values in raw.items():
@@ -311,9 +345,10 @@ def find_recipe(recipe: str | Path) -> Path:
     raise ConfigError(f"{recipe}: no such recipe file, and not a shipped recipe ({', '.join(shipped_recipes())})")
 
 
-def load_config(recipe: str | Path | None = None, overrides: typing.Sequence[str] = (), cls=Config):
+def load_config(recipe: str | Path | None = None, overrides: typing.Sequence[str] = (), cls=None):
     """Read a TOML recipe (a path, or a shipped recipe's name; the defaults when None), then apply
-    `section.key=value` overrides."""
+    `section.key=value` overrides. The recipe's top-level `task` key (default "translation") picks the config
+    class unless `cls` is given."""
     raw: dict = {}
     if recipe is not None:
         path = find_recipe(recipe)
@@ -328,7 +363,7 @@ def load_config(recipe: str | Path | None = None, overrides: typing.Sequence[str
     return apply_overrides(raw, overrides, cls)
 
 
-def apply_overrides(raw: dict, overrides: typing.Sequence[str], cls=Config):
+def apply_overrides(raw: dict, overrides: typing.Sequence[str], cls=None):
     raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     for text in overrides:
         section, key, value = parse_override(text)
@@ -337,13 +372,23 @@ def apply_overrides(raw: dict, overrides: typing.Sequence[str], cls=Config):
 
 
 def save_config(config, path: Path) -> None:
-    from .training.checkpoint import atomic_write_text
+    """RUN/config.json: the task's name, then the resolved sections."""
+    from .outputs import atomic_write_text
 
-    atomic_write_text(path, json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+    raw = {"task": task_name(config), **dataclasses.asdict(config)}
+    atomic_write_text(path, json.dumps(raw, indent=2) + "\n")
 
 
-def read_config(path: Path, cls=Config):
+def read_config_dict(path: Path) -> dict:
     try:
-        return config_from_dict(json.loads(Path(path).read_text(encoding="utf-8")), cls)
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
         raise ConfigError(f"{path}: cannot read the run's config ({err})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: not a run config (a JSON object of sections)")
+    return raw
+
+
+def read_config(path: Path, cls=None):
+    """A run's saved config.json (its `task` key picks the class unless `cls` is given)."""
+    return config_from_dict(read_config_dict(path), cls)

@@ -17,10 +17,31 @@ from pathlib import Path
 from .config import Config, load_config
 from .outputs import claim_folder
 
-ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-        "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+ONES = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
 TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-SCALES = [(10 ** 9, "billion"), (10 ** 6, "million"), (1000, "thousand")]
+SCALES = [(10**9, "billion"), (10**6, "million"), (1000, "thousand")]
+
 
 def words(n: int) -> str:
     """Spell out 0 <= n < 10^12 in English words (short scale, no "and", no hyphens)."""
@@ -40,7 +61,7 @@ def words(n: int) -> str:
 def sample_number(rng: random.Random, max_digits: int = 9) -> int:
     """Log-uniform over lengths: as many short numbers as long ones; zeros inside are common (hard cases)."""
     digits = rng.randint(1, max_digits)
-    value = rng.randrange(10 ** (digits - 1) if digits > 1 else 0, 10 ** digits)
+    value = rng.randrange(10 ** (digits - 1) if digits > 1 else 0, 10**digits)
     if digits > 3 and rng.random() < 0.3:  # zero out a random group of three digits
         group = rng.randrange(0, digits // 3)
         value -= (value // 10 ** (3 * group)) % 1000 * 10 ** (3 * group)
@@ -60,7 +81,7 @@ def generate(out_dir: str | Path, *, train: int = 100_000, valid: int = 300, tes
     held_out: set[int] = set()
     splits = {}
     for name, count in (("test", test), ("valid", valid)):
-        numbers = []
+        numbers: list[int] = []
         while len(numbers) < count:
             n = sample_number(rng)
             if n not in held_out:
@@ -87,15 +108,18 @@ def demo_config(data_dir: Path, overrides=()) -> Config:
 
 def run_demo(out_dir: str | Path = "runs/demo", *, overrides=(), samples: int = 5, quiet: bool = False) -> float:
     """Generate, train, decode the held-out numbers; print samples and exact match. Returns the exact-match rate."""
-    from .training.loop import train
     from .decoding.translator import Translator
+    from .training.loop import train
 
     out_dir = claim_folder(out_dir, "run", task="translation")  # new, empty or an earlier demo: never a user's
     start = time.perf_counter()
     data_dir = generate(out_dir / "task")
     config = demo_config(data_dir, overrides)
-    print(f"demo: spelled-out numbers -> digits; {sum(1 for _ in open(data_dir / 'train.words'))} training pairs "
-          f"in {data_dir}; run directory {out_dir}", flush=True)
+    print(
+        f"demo: spelled-out numbers -> digits; {sum(1 for _ in open(data_dir / 'train.words'))} training pairs "
+        f"in {data_dir}; run directory {out_dir}",
+        flush=True,
+    )
     train(config, out_dir, quiet=quiet)
     translator = Translator.from_run(out_dir)
     sources = (data_dir / "test.words").read_text(encoding="utf-8").splitlines()

@@ -16,8 +16,10 @@ class Scores:
     bleu_detail: str
 
     def format(self) -> str:
-        return (f"BLEU = {self.bleu:.2f}  ({self.bleu_detail})\n  signature: {self.bleu_signature}\n"
-                f"chrF = {self.chrf:.2f}\n  signature: {self.chrf_signature}")
+        return (
+            f"BLEU = {self.bleu:.2f}  ({self.bleu_detail})\n  signature: {self.bleu_signature}\n"
+            f"chrF = {self.chrf:.2f}\n  signature: {self.chrf_signature}"
+        )
 
 
 def score(hypotheses: list[str], references: list[str], *, lowercase: bool = False, tokenize: str = "13a") -> Scores:

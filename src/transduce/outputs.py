@@ -62,12 +62,15 @@ def _check_folder(path: Path, kind: str) -> bool:
     manifest = read_manifest(path)
     if manifest is None:
         if any(path.iterdir()):
-            raise OutputError(f"{path}: the folder exists and was not made by transduce (no {MANIFEST}); "
-                              "nothing in it is touched: choose a new or empty folder")
+            raise OutputError(
+                f"{path}: the folder exists and was not made by transduce (no {MANIFEST}); "
+                "nothing in it is touched: choose a new or empty folder"
+            )
         return False
     if manifest["kind"] != kind:
-        raise OutputError(f"{path}: holds transduce output of another kind ({manifest['kind']}, not {kind}); "
-                          "choose another folder")
+        raise OutputError(
+            f"{path}: holds transduce output of another kind ({manifest['kind']}, not {kind}); choose another folder"
+        )
     return True
 
 
@@ -153,8 +156,10 @@ def refuse_existing_file(path: str | Path, what: str = "output file") -> None:
     if path.is_dir():
         raise OutputError(f"{path}: is a folder; give a file name for the {what}")
     if path.exists():
-        raise OutputError(f"{path}: already exists; transduce does not overwrite files it did not make "
-                          f"(choose another name for the {what})")
+        raise OutputError(
+            f"{path}: already exists; transduce does not overwrite files it did not make "
+            f"(choose another name for the {what})"
+        )
 
 
 # Run-directory lock ---------------------------------------------------------------------------------------------------
@@ -171,8 +176,10 @@ def exclusive(folder: str | Path, what: str = "training") -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-            raise OutputError(f"{folder}: another process ({holder}) is {what} in this run directory; wait for "
-                              "it to finish or use another --out") from None
+            raise OutputError(
+                f"{folder}: another process ({holder}) is {what} in this run directory; wait for "
+                "it to finish or use another --out"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
         yield

@@ -1,4 +1,4 @@
-"""Pictures: attention heatmaps (PAPER.md §2: encoder self-, decoder self- and encoder-decoder attention) and
+"""Pictures: attention heatmaps (the paper's §3.2.3: encoder self-, decoder self- and encoder-decoder attention) and
 training curves. matplotlib with the Agg backend; PNG and SVG.
 """
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import matplotlib
+
 from .data import DataError
 from .outputs import OutputError, atomic_write, claim_folder
 
-import matplotlib
-
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 MAX_PIECES = 100  # a picture's side: beyond this a heatmap is unreadable and its figure grows without bound
 FORMATS = {".png": "Software", ".svg": "Creator", ".pdf": "Creator"}  # where each format keeps our mark
@@ -32,8 +32,9 @@ def _grid(n: int) -> tuple[int, int]:
     return (n + cols - 1) // cols, cols
 
 
-def plot_attention(maps, out_dir: str | Path, *, layers=(-1,), heads=None, formats=("png",),
-                   cell: float = 0.28) -> dict[str, tuple[list[Path], np.ndarray]]:
+def plot_attention(
+    maps, out_dir: str | Path, *, layers=(-1,), heads=None, formats=("png",), cell: float = 0.28
+) -> dict[str, tuple[list[Path], np.ndarray]]:
     """One figure per (kind, layer): a grid of heads, axes labelled with the subword pieces.
 
     Returns {"encoder_L3": ([files], matrices drawn (heads, queries, keys)), ...}.
@@ -59,7 +60,7 @@ def plot_attention(maps, out_dir: str | Path, *, layers=(-1,), heads=None, forma
                 ax.set_xticks(range(len(k_labels)), k_labels, rotation=90, fontsize=7)
                 ax.set_yticks(range(len(q_labels)), q_labels, fontsize=7)
                 ax.set_title(f"head {h + 1}", fontsize=9)
-            for ax in list(axes.flat)[len(head_ids):]:
+            for ax in list(axes.flat)[len(head_ids) :]:
                 ax.axis("off")
             fig.suptitle(f"{title}, layer {layer + 1}")
             fig.tight_layout()
@@ -73,7 +74,7 @@ def plot_attention(maps, out_dir: str | Path, *, layers=(-1,), heads=None, forma
 
 
 def plot_token_attention(maps, query: int, out: str | Path, *, kind: str = "encoder", layer: int = -1) -> np.ndarray:
-    """For one query token, its attention over the sentence in every head (the seed figure for the word "it")."""
+    """For one query token, its attention over the sentence in every head (as the paper's Figures 3-5)."""
     field, q_attr, k_attr, title = KINDS[kind]
     weights = getattr(maps, field)
     layer = layer % weights.shape[0]
@@ -88,6 +89,9 @@ def plot_token_attention(maps, query: int, out: str | Path, *, kind: str = "enco
     save_figure(fig, Path(out), dpi=100)
     plt.close(fig)
     return rows
+
+
+_RECORD_FIELDS = {"train": ("step", "loss", "lr", "elapsed"), "valid": ("step", "elapsed")}  # numeric fields by kind
 
 
 def read_metrics(run: str | Path) -> tuple[list[dict], list[dict]]:
@@ -105,8 +109,8 @@ def read_metrics(run: str | Path) -> tuple[list[dict], list[dict]]:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise DataError(f"{path}:{number}: not a JSON line ({err.msg})") from None
-        needed = {"train": ("step", "loss", "lr", "elapsed"), "valid": ("step", "elapsed")}.get(
-            record.get("kind") if isinstance(record, dict) else None)
+        kind = record.get("kind") if isinstance(record, dict) else None
+        needed = None if kind is None else _RECORD_FIELDS.get(kind)
         if needed is None or any(not isinstance(record.get(k), (int, float)) for k in needed):
             raise DataError(f"{path}:{number}: not a training or validation record of transduce")
         records.append(record)
@@ -142,23 +146,35 @@ def plot_curves(runs: list[str | Path], out: str | Path) -> dict[str, dict[str, 
     for i, run in enumerate(runs):
         train, valid = read_metrics(run)
         label, color = Path(run).name, f"C{i}"
-        series = {"step": [r["step"] for r in train], "loss": [r["loss"] for r in train],
-                  "lr": [r["lr"] for r in train], "minutes": [r["elapsed"] / 60 for r in train],
-                  "valid_step": [r["step"] for r in valid], "valid_loss": [r.get("valid_loss") for r in valid],
-                  "valid_bleu": [r.get("valid_bleu") for r in valid],
-                  "valid_minutes": [r["elapsed"] / 60 for r in valid]}
+        series = {
+            "step": [r["step"] for r in train],
+            "loss": [r["loss"] for r in train],
+            "lr": [r["lr"] for r in train],
+            "minutes": [r["elapsed"] / 60 for r in train],
+            "valid_step": [r["step"] for r in valid],
+            "valid_loss": [r.get("valid_loss") for r in valid],
+            "valid_bleu": [r.get("valid_bleu") for r in valid],
+            "valid_minutes": [r["elapsed"] / 60 for r in valid],
+        }
         plotted[label] = series
-        for row, (x, vx, xlabel) in enumerate([("step", "valid_step", "step"),
-                                               ("minutes", "valid_minutes", "wall-clock minutes")]):
+        for row, (x, vx, xlabel) in enumerate(
+            [("step", "valid_step", "step"), ("minutes", "valid_minutes", "wall-clock minutes")]
+        ):
             ax = axes[row, 0]
             ax.plot(series[x], series["loss"], color=color, label=f"{label} train")
             if valid:
-                ax.plot(series[vx], series["valid_loss"], color=color, linestyle="--", marker="o", markersize=3,
-                        label=f"{label} valid")
+                ax.plot(
+                    series[vx],
+                    series["valid_loss"],
+                    color=color,
+                    linestyle="--",
+                    marker="o",
+                    markersize=3,
+                    label=f"{label} valid",
+                )
             ax.set_ylabel("loss (label-smoothed, per token)")
             if any(b is not None for b in series["valid_bleu"]):
-                axes[row, 1].plot(series[vx], series["valid_bleu"], color=color, marker="o", markersize=3,
-                                  label=label)
+                axes[row, 1].plot(series[vx], series["valid_bleu"], color=color, marker="o", markersize=3, label=label)
             axes[row, 1].set_ylabel("validation BLEU")
             axes[row, 2].plot(series[x], series["lr"], color=color, label=label)
             axes[row, 2].set_ylabel("learning rate")
@@ -169,8 +185,9 @@ def plot_curves(runs: list[str | Path], out: str | Path) -> dict[str, dict[str, 
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
         else:
-            ax.text(0.5, 0.5, "not logged by these runs", ha="center", va="center", transform=ax.transAxes,
-                    color="gray")
+            ax.text(
+                0.5, 0.5, "not logged by these runs", ha="center", va="center", transform=ax.transAxes, color="gray"
+            )
     fig.tight_layout()
     save_figure(fig, check_picture_target(out), dpi=80)
     plt.close(fig)

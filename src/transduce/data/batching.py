@@ -1,4 +1,4 @@
-"""Token-count batches (PAPER.md §4: "sentence pairs were batched together by approximate sequence length").
+"""Token-count batches (the paper's §5.1: "sentence pairs were batched together by approximate sequence length").
 
 shuffle (seed, epoch) -> stable sort by target length, then by source length, rising within even target lengths
 and falling within odd ones -> pack while padded source and padded target tokens each stay <= max_tokens -> shuffle
@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def make_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, *, max_tokens: int, seed: int, epoch: int,
-                 shuffle: bool = True) -> list[np.ndarray]:
+def make_batches(
+    src_lengths: np.ndarray, tgt_lengths: np.ndarray, *, max_tokens: int, seed: int, epoch: int, shuffle: bool = True
+) -> list[np.ndarray]:
     """Index arrays of pairs. A pair longer than max_tokens on its own gets a batch to itself."""
     n = len(src_lengths)
     rng = np.random.default_rng([seed, epoch])

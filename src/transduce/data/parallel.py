@@ -11,12 +11,13 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..config import DataConfig
-from ..outputs import atomic_folder
+from .cache import reuse_or_build
 from .text import DataError, file_digest, find_side, read_lines, read_parallel
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError
 
@@ -32,7 +33,7 @@ class TokenArrays:
     offsets: np.ndarray
 
     @classmethod
-    def from_lists(cls, seqs: list[list[int]]) -> "TokenArrays":
+    def from_lists(cls, seqs: list[list[int]]) -> TokenArrays:
         lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
         offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
@@ -54,7 +55,7 @@ class TokenArrays:
         np.save(f"{stem}.offsets.npy", self.offsets, allow_pickle=False)
 
     @classmethod
-    def load(cls, stem: Path) -> "TokenArrays":
+    def load(cls, stem: Path) -> TokenArrays:
         return cls(np.load(f"{stem}.ids.npy", allow_pickle=False), np.load(f"{stem}.offsets.npy", allow_pickle=False))
 
 
@@ -78,7 +79,7 @@ class ParallelCorpus:
 
 @dataclass
 class Batch:
-    """Padded tensors for one micro-batch. tgt_in = BOS + y (teacher forcing), tgt_out = y + EOS (PAPER.md §1)."""
+    """Padded tensors for one micro-batch. tgt_in = BOS + y (teacher forcing), tgt_out = y + EOS (§3)."""
 
     src: torch.Tensor  # (B, S)
     tgt_in: torch.Tensor  # (B, T)
@@ -89,11 +90,18 @@ class Batch:
     positions: torch.Tensor  # (n_tokens,) flat indices of the non-pad target positions in B*T
     target: torch.Tensor  # (n_tokens,) tgt_out at those positions
 
-    def to(self, device: torch.device) -> "Batch":
+    def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"
-        return Batch(*(t.to(device, non_blocking=nb) for t in (self.src, self.tgt_in, self.tgt_out)),
-                     self.n_tokens, self.n_padded, self.n_real,
-                     *(t.to(device, non_blocking=nb) for t in (self.positions, self.target)))
+        return Batch(
+            src=self.src.to(device, non_blocking=nb),
+            tgt_in=self.tgt_in.to(device, non_blocking=nb),
+            tgt_out=self.tgt_out.to(device, non_blocking=nb),
+            n_tokens=self.n_tokens,
+            n_padded=self.n_padded,
+            n_real=self.n_real,
+            positions=self.positions.to(device, non_blocking=nb),
+            target=self.target.to(device, non_blocking=nb),
+        )
 
 
 def collate(corpus: ParallelCorpus, indices: np.ndarray) -> Batch:
@@ -113,9 +121,16 @@ def collate(corpus: ParallelCorpus, indices: np.ndarray) -> Batch:
         tgt_out[row, len(t)] = EOS_ID
     n_tokens = int(tgt_len.sum())
     positions = np.flatnonzero(tgt_out != PAD_ID)
-    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), n_tokens,
-                 n_padded=src.size + tgt_in.size, n_real=int(src_len.sum()) + n_tokens,
-                 positions=torch.from_numpy(positions), target=torch.from_numpy(tgt_out.reshape(-1)[positions]))
+    return Batch(
+        torch.from_numpy(src),
+        torch.from_numpy(tgt_in),
+        torch.from_numpy(tgt_out),
+        n_tokens,
+        n_padded=src.size + tgt_in.size,
+        n_real=int(src_len.sum()) + n_tokens,
+        positions=torch.from_numpy(positions),
+        target=torch.from_numpy(tgt_out.reshape(-1)[positions]),
+    )
 
 
 # prepare ----------------------------------------------------------------------------------------------------------
@@ -158,17 +173,6 @@ def _cache_key(config: DataConfig, files: dict[str, tuple[Path, Path]], digests:
     return h.hexdigest()[:16]
 
 
-def changed_inputs(summary: dict, digests: dict[str, str]) -> str:
-    """Why a cache no longer matches its inputs, naming the files whose contents changed (for the resume refusal)."""
-    old = summary.get("inputs", {})
-    changed = [path for path, digest in digests.items() if path in old and old[path] != digest]
-    if changed:
-        return f"{changed[0]}: its contents changed" + (f" (and {len(changed) - 1} more file(s))" if changed[1:]
-                                                         else "")
-    added = sorted(set(digests) - set(old))
-    return f"the input files differ ({', '.join(added)})" if added else "the data options changed"
-
-
 def _percentiles(lengths: np.ndarray) -> dict:
     if len(lengths) == 0:
         return {}
@@ -176,8 +180,9 @@ def _percentiles(lengths: np.ndarray) -> dict:
     return {"p50": int(p[0]), "p90": int(p[1]), "p99": int(p[2]), "max": int(lengths.max())}
 
 
-def prepare(config: DataConfig, out_dir: str | Path, *, max_tokens: int = 4096, log=print,
-            frozen: bool = False) -> Prepared:
+def prepare(
+    config: DataConfig, out_dir: str | Path, *, max_tokens: int = 4096, log=print, frozen: bool = False
+) -> Prepared:
     """Train the joint SentencePiece model on the training sides, encode every split, cache it all in `out_dir`.
 
     The cache is reused when the inputs' contents and the options are unchanged. `frozen` (a run being resumed):
@@ -189,23 +194,37 @@ def prepare(config: DataConfig, out_dir: str | Path, *, max_tokens: int = 4096, 
     files = {split: (find_side(p, config.src), find_side(p, config.tgt)) for split, p in prefixes.items()}
     digests = _input_digests(files)
     key = _cache_key(config, files, digests)
-    summary_path = out_dir / "summary.json"
-    if summary_path.is_file():
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        if summary.get("cache_key") == key:
-            log(f"data: reusing the cache in {out_dir} (key {key})")
-            return load_prepared(out_dir)
-        if frozen:
-            raise DataError(f"{changed_inputs(summary, digests)} since this run prepared its data in {out_dir}; "
-                            "the model was trained on that data: restore it, or train into a new --out")
-        log(f"data: inputs or options changed since {out_dir} was prepared; preparing again")
-
-    with atomic_folder(out_dir, "data") as tmp:
-        summary = _prepare_into(config, files, tmp, key, max_tokens)
-        summary["inputs"] = digests
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    log(format_summary(summary))
+    build = lambda tmp: _prepare_into(config, files, tmp, key, max_tokens)
+    summary = reuse_or_build(out_dir, key, digests, build, frozen=frozen, log=log)
+    if summary is not None:
+        log(format_summary(summary))
     return load_prepared(out_dir)
+
+
+def _encode_split(
+    config: DataConfig, tokenizer: Tokenizer, split: str, src_lines: list[str], tgt_lines: list[str]
+) -> tuple[list[int], list[list[int]], list[list[int]], dict[str, int]]:
+    """Token ids of the pairs kept (their line indices) and what was dropped: empty pairs from train and valid, too
+    long pairs (data.max_len) from train and valid, too unbalanced ones (data.max_ratio) from train. Test sets stay
+    whole."""
+    is_test = split not in ("train", "valid")
+    keep = [i for i, (a, b) in enumerate(zip(src_lines, tgt_lines)) if is_test or (a.strip() and b.strip())]
+    dropped = {"empty": len(src_lines) - len(keep)}
+    src_ids = tokenizer.encode([src_lines[i] for i in keep])
+    tgt_ids = tokenizer.encode([tgt_lines[i] for i in keep])
+    if is_test:
+        return keep, src_ids, tgt_ids, dropped
+    ok = []
+    dropped["too_long"] = dropped["ratio"] = 0
+    for j, (a, b) in enumerate(zip(src_ids, tgt_ids)):
+        la, lb = len(a), len(b)
+        if la > config.max_len or lb > config.max_len:
+            dropped["too_long"] += 1
+        elif split == "train" and max(la, lb) > config.max_ratio * max(1, min(la, lb)):
+            dropped["ratio"] += 1
+        else:
+            ok.append(j)
+    return [keep[j] for j in ok], [src_ids[j] for j in ok], [tgt_ids[j] for j in ok], dropped
 
 
 def _prepare_into(config: DataConfig, files: dict, out: Path, key: str, max_tokens: int) -> dict:
@@ -217,39 +236,36 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, key: str, max_toke
 
     train_src, train_tgt = raw["train"]
     tokenizer = Tokenizer.train(
-        (line for line in train_src + train_tgt if line.strip()), out / "tokenizer.model",
-        vocab_size=config.vocab_size, model_type=config.model_type, lowercase=config.lowercase,
-        split_digits=config.split_digits)
+        (line for line in train_src + train_tgt if line.strip()),
+        out / "tokenizer.model",
+        vocab_size=config.vocab_size,
+        model_type=config.model_type,
+        lowercase=config.lowercase,
+        split_digits=config.split_digits,
+    )
 
-    summary = {"cache_key": key, "src": config.src, "tgt": config.tgt, "vocab_size": tokenizer.vocab_size,
-               "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
-               "options": asdict(config), "splits": {}}
+    summary: dict[str, Any] = {  # summary.json
+        "cache_key": key,
+        "src": config.src,
+        "tgt": config.tgt,
+        "vocab_size": tokenizer.vocab_size,
+        "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+        "options": asdict(config),
+        "splits": {},
+    }
     for split, (src_lines, tgt_lines) in raw.items():
-        is_test = split not in ("train", "valid")
-        keep = [i for i, (a, b) in enumerate(zip(src_lines, tgt_lines)) if is_test or (a.strip() and b.strip())]
-        dropped = {"empty": len(src_lines) - len(keep)}
-        src_ids = tokenizer.encode([src_lines[i] for i in keep])
-        tgt_ids = tokenizer.encode([tgt_lines[i] for i in keep])
-        if not is_test:  # too long (train, valid) or too unbalanced (train): dropped; test sets stay whole
-            ok = []
-            dropped["too_long"] = dropped["ratio"] = 0
-            for j, (a, b) in enumerate(zip(src_ids, tgt_ids)):
-                la, lb = len(a), len(b)
-                if la > config.max_len or lb > config.max_len:
-                    dropped["too_long"] += 1
-                elif split == "train" and max(la, lb) > config.max_ratio * max(1, min(la, lb)):
-                    dropped["ratio"] += 1
-                else:
-                    ok.append(j)
-            keep = [keep[j] for j in ok]
-            src_ids, tgt_ids = [src_ids[j] for j in ok], [tgt_ids[j] for j in ok]
+        keep, src_ids, tgt_ids, dropped = _encode_split(config, tokenizer, split, src_lines, tgt_lines)
         corpus = ParallelCorpus(TokenArrays.from_lists(src_ids), TokenArrays.from_lists(tgt_ids))
         corpus.src.save(out / f"{split}.src")
         corpus.tgt.save(out / f"{split}.tgt")
         for side, lines in (("src", src_lines), ("tgt", tgt_lines)):
             (out / f"{split}.{side}.txt").write_text("".join(lines[i] + "\n" for i in keep), encoding="utf-8")
-        info = {"files": [str(p) for p in files[split]], "lines": len(src_lines), "sentences": len(corpus),
-                "dropped": dropped}
+        info = {
+            "files": [str(p) for p in files[split]],
+            "lines": len(src_lines),
+            "sentences": len(corpus),
+            "dropped": dropped,
+        }
         for side, arr in (("src", corpus.src), ("tgt", corpus.tgt)):
             n = int(arr.offsets[-1])
             info[f"{side}_tokens"] = n
@@ -271,8 +287,10 @@ def load_prepared(root: str | Path) -> Prepared:
     try:
         summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
         tokenizer = Tokenizer(root / "tokenizer.model")
-        splits = {name: ParallelCorpus(TokenArrays.load(root / f"{name}.src"), TokenArrays.load(root / f"{name}.tgt"))
-                  for name in summary["splits"]}
+        splits = {
+            name: ParallelCorpus(TokenArrays.load(root / f"{name}.src"), TokenArrays.load(root / f"{name}.tgt"))
+            for name in summary["splits"]
+        }
     except (OSError, KeyError, ValueError, TokenizerError) as err:
         raise DataError(f"{root}: not a prepared data folder ({err})") from None
     return Prepared(root, tokenizer, splits, summary)
@@ -286,8 +304,11 @@ def format_summary(summary: dict) -> str:
             f"  {split:<18} {info['sentences']:>9,} pairs  tokens {info['src_tokens']:,} / {info['tgt_tokens']:,}"
             f"  unk {info['src_unk_rate']:.4%} / {info['tgt_unk_rate']:.4%}"
             f"  length p50/p90/p99/max {'/'.join(str(v) for v in info['src_length'].values())}"
-            f" | {'/'.join(str(v) for v in info['tgt_length'].values())}  dropped: {dropped}")
+            f" | {'/'.join(str(v) for v in info['tgt_length'].values())}  dropped: {dropped}"
+        )
         if "padding_efficiency" in info:
-            lines.append(f"  {'':<18} {info['batches']:,} batches of <= {info['max_tokens']} tokens per side, "
-                         f"padding efficiency {info['padding_efficiency']:.3f}")
+            lines.append(
+                f"  {'':<18} {info['batches']:,} batches of <= {info['max_tokens']} tokens per side, "
+                f"padding efficiency {info['padding_efficiency']:.3f}"
+            )
     return "\n".join(lines)

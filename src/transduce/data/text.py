@@ -24,9 +24,10 @@ def data_root() -> Path | None:
 def resolve_path(path: str | Path) -> Path:
     """A path as given if it exists; otherwise, if relative, the same path under $TRANSDUCE_DATA."""
     path = Path(path)
-    if path.exists() or path.is_absolute() or data_root() is None:
+    root = data_root()
+    if path.exists() or path.is_absolute() or root is None:
         return path
-    candidate = data_root() / path
+    candidate = root / path
     return candidate if candidate.exists() else path
 
 
@@ -36,8 +37,10 @@ def find_side(prefix: str | Path, lang: str) -> Path:
         path = resolve_path(name)
         if path.is_file():
             return path
-    raise DataError(f"{prefix}.{lang}: no such file (nor {prefix}.{lang}.gz)"
-                    + ("" if data_root() is None else f"; also looked under TRANSDUCE_DATA={data_root()}"))
+    raise DataError(
+        f"{prefix}.{lang}: no such file (nor {prefix}.{lang}.gz)"
+        + ("" if data_root() is None else f"; also looked under TRANSDUCE_DATA={data_root()}")
+    )
 
 
 def read_lines(path: Path, *, errors: str = "strict", allow_empty: bool = False) -> list[str]:
@@ -70,8 +73,9 @@ def decode_lines(raw: bytes, name: str, *, errors: str = "strict") -> list[str]:
         text = raw.decode("utf-8", errors=errors)
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
-        raise DataError(f"{name}:{line}: invalid UTF-8 (byte 0x{raw[err.start]:02x}); "
-                        "fix the file or pass --errors replace") from None
+        raise DataError(
+            f"{name}:{line}: invalid UTF-8 (byte 0x{raw[err.start]:02x}); fix the file or pass --errors replace"
+        ) from None
     lines = text.split("\n")  # not splitlines(): U+2028 and friends inside a sentence must not split it
     if lines and lines[-1] == "":
         lines.pop()
@@ -82,8 +86,10 @@ def read_parallel(src_path: Path, tgt_path: Path, *, errors: str = "strict") -> 
     """Both sides of a parallel corpus; refuses files whose line counts differ (never truncates silently)."""
     src_lines, tgt_lines = read_lines(src_path, errors=errors), read_lines(tgt_path, errors=errors)
     if len(src_lines) != len(tgt_lines):
-        raise DataError(f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}; "
-                        "parallel files must have one sentence per line on both sides")
+        raise DataError(
+            f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}; "
+            "parallel files must have one sentence per line on both sides"
+        )
     return src_lines, tgt_lines
 
 

@@ -1,4 +1,4 @@
-"""The joint source/target subword vocabulary (PAPER.md §4): one SentencePiece model trained on both training sides.
+"""The joint source/target subword vocabulary (§5.1): one SentencePiece model trained on both training sides.
 
 Special ids are defined here, once, and written into the SentencePiece model itself.
 """
@@ -9,8 +9,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
@@ -43,8 +43,10 @@ class Tokenizer:
         self.lowercase = bool(self.meta.get("lowercase", False))
         ids = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
         if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise TokenizerError(f"{path}: special ids {ids} differ from transduce's "
-                                 f"(pad, unk, bos, eos) = {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}")
+            raise TokenizerError(
+                f"{path}: special ids {ids} differ from transduce's "
+                f"(pad, unk, bos, eos) = {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
+            )
 
     @property
     def vocab_size(self) -> int:
@@ -72,8 +74,17 @@ class Tokenizer:
             atomic_write(path.with_suffix(".json"), lambda tmp: shutil.copyfile(meta, tmp))
 
     @classmethod
-    def train(cls, texts: Iterable[str], path: str | Path, *, vocab_size: int, model_type: str = "bpe",
-              lowercase: bool = False, split_digits: bool = False, max_sentences: int = 2_000_000) -> "Tokenizer":
+    def train(
+        cls,
+        texts: Iterable[str],
+        path: str | Path,
+        *,
+        vocab_size: int,
+        model_type: str = "bpe",
+        lowercase: bool = False,
+        split_digits: bool = False,
+        max_sentences: int = 2_000_000,
+    ) -> Tokenizer:
         """Train one SentencePiece model on `texts` (both languages' training sides) and write it to `path`."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,17 +93,34 @@ class Tokenizer:
             try:
                 spm.SentencePieceTrainer.train(
                     sentence_iterator=(t.lower() if lowercase else t for t in texts),
-                    model_prefix=str(prefix), vocab_size=vocab_size, model_type=model_type,
-                    character_coverage=1.0, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-                    split_digits=split_digits, input_sentence_size=max_sentences, shuffle_input_sentence=True,
-                    num_threads=os.cpu_count() or 1, minloglevel=2,
+                    model_prefix=str(prefix),
+                    vocab_size=vocab_size,
+                    model_type=model_type,
+                    character_coverage=1.0,
+                    pad_id=PAD_ID,
+                    unk_id=UNK_ID,
+                    bos_id=BOS_ID,
+                    eos_id=EOS_ID,
+                    split_digits=split_digits,
+                    input_sentence_size=max_sentences,
+                    shuffle_input_sentence=True,
+                    num_threads=os.cpu_count() or 1,
+                    minloglevel=2,
                 )
             except RuntimeError as err:  # e.g. "Vocabulary size too high (8000). Please set it to a value <= 5321."
-                raise TokenizerError(f"SentencePiece could not train a vocabulary of {vocab_size}: "
-                                     f"{str(err).strip().splitlines()[-1]}") from None
-            meta = {"lowercase": lowercase, "model_type": model_type, "vocab_size": vocab_size,
-                    "split_digits": split_digits, "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID,
-                    "eos_id": EOS_ID}
+                raise TokenizerError(
+                    f"SentencePiece could not train a vocabulary of {vocab_size}: {str(err).strip().splitlines()[-1]}"
+                ) from None
+            meta = {
+                "lowercase": lowercase,
+                "model_type": model_type,
+                "vocab_size": vocab_size,
+                "split_digits": split_digits,
+                "pad_id": PAD_ID,
+                "unk_id": UNK_ID,
+                "bos_id": BOS_ID,
+                "eos_id": EOS_ID,
+            }
             Path(f"{prefix}.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
             os.replace(f"{prefix}.json", path.with_suffix(".json"))
             os.replace(f"{prefix}.model", path)

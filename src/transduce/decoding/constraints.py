@@ -69,8 +69,9 @@ class TreeConstraint:
         object.__setattr__(self, "has_root", bool(self.kinds.eq(ROOT_OPEN).any()))  # once, not per step
 
     @classmethod
-    def from_vocab(cls, vocab: Sequence[str], *, eos: str, specials: Collection[str],
-                   root: str | None = None) -> TreeConstraint:
+    def from_vocab(
+        cls, vocab: Sequence[str], *, eos: str, specials: Collection[str], root: str | None = None
+    ) -> TreeConstraint:
         """Token kinds from the vocabulary strings: `eos` ends, other `specials` are never allowed, "(X" opens, ")"
         closes, anything else is a leaf. `root`, when given (e.g. "(ROOT"), is the only token that opens the root."""
         if eos not in vocab:
@@ -107,8 +108,10 @@ class TreeConstraint:
         short = (max_len < torch.where(n > 0, n + 3, torch.ones_like(n))).nonzero().view(-1)
         if short.numel():
             i = int(short[0])
-            raise ValueError(f"sentence {i}: {int(n[i])} words need at least {min_output_length(int(n[i]))} output "
-                             f"tokens, the limit is {int(max_len[i])} (raise max_len_b)")
+            raise ValueError(
+                f"sentence {i}: {int(n[i])} words need at least {min_output_length(int(n[i]))} output "
+                f"tokens, the limit is {int(max_len[i])} (raise max_len_b)"
+            )
         zeros = torch.zeros_like(n)
         false = torch.zeros_like(n, dtype=torch.bool)
         if self.kinds.device != device:
@@ -125,13 +128,13 @@ class TreeConstraint:
         can_root = active & state.depth.eq(0) & words_left & (remaining + 2).le(budget)
         can_open = inside & words_left & (remaining + state.depth + 2).le(budget)
         can_leaf = inside & words_left & (remaining + state.depth).le(budget)
-        can_close = (inside & state.has_child & (state.depth.gt(1) | ~words_left)
-                     & (remaining + state.depth).le(budget))
+        can_close = inside & state.has_child & (state.depth.gt(1) | ~words_left) & (remaining + state.depth).le(budget)
         can_eos = state.closed | state.ended | state.n_words.eq(0)
         root_column = can_root if self.has_root else torch.zeros_like(can_root)
         open_column = can_open if self.has_root else can_open | can_root
-        by_kind = torch.stack([torch.zeros_like(can_eos), can_eos, open_column, can_close, can_leaf, root_column],
-                              dim=1)  # (N, 6) in kind order
+        by_kind = torch.stack(
+            [torch.zeros_like(can_eos), can_eos, open_column, can_close, can_leaf, root_column], dim=1
+        )  # (N, 6) in kind order
         return by_kind[:, self.kinds]  # (N, V)
 
     def advance(self, state: TreeState, tokens: Tensor) -> TreeState:

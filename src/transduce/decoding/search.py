@@ -1,4 +1,4 @@
-"""Greedy and beam search (PAPER.md §5), vectorised over batch x beam, on `model.encode` + `model.decode_step`.
+"""Greedy and beam search (the paper's §6.1), vectorised over batch x beam, on `model.encode` + `model.decode_step`.
 
 Axis legend: B sentences still being decoded, k beam size, N = B * k decoder rows, V vocabulary, t steps so far.
 
@@ -28,7 +28,7 @@ def length_penalty(length: Tensor | float, *, kind: str, alpha: float) -> Tensor
     if kind == "gnmt":
         return ((5.0 + length) / 6.0) ** alpha
     if kind == "length":
-        return length ** alpha
+        return length**alpha
     if kind == "none":
         return torch.ones_like(length) if torch.is_tensor(length) else 1.0
     raise ValueError(f"unknown length penalty {kind!r} (gnmt, length, none)")
@@ -47,8 +47,16 @@ def _max_lengths(src: Tensor, *, a: float, b: int, model_max: int) -> Tensor:
 
 
 @torch.inference_mode()
-def greedy_search(model, src: Tensor, *, max_len_a: float = 1.0, max_len_b: int = 50, alpha: float = 0.6,
-                  length_penalty_kind: str = "gnmt", constraint=None) -> list[list[Hypothesis]]:
+def greedy_search(
+    model,
+    src: Tensor,
+    *,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    alpha: float = 0.6,
+    length_penalty_kind: str = "gnmt",
+    constraint=None,
+) -> list[list[Hypothesis]]:
     """Argmax at every step until EOS (or the maximum length). Returns one hypothesis per sentence.
     `constraint` (optional, e.g. decoding.constraints.TreeConstraint) limits the tokens each row may emit.
 
@@ -81,92 +89,138 @@ def greedy_search(model, src: Tensor, *, max_len_a: float = 1.0, max_len_b: int 
     for row, lp in zip(tokens[:, 1:].tolist(), log_prob.tolist()):
         out = row[: row.index(EOS_ID)] if EOS_ID in row else row
         n = len(out) + 1 if EOS_ID in row else len(out)  # output tokens including EOS, as in beam_search
-        results.append([Hypothesis(out, lp / float(length_penalty(float(n), kind=length_penalty_kind, alpha=alpha)),
-                                   lp)])
+        results.append(
+            [Hypothesis(out, lp / float(length_penalty(float(n), kind=length_penalty_kind, alpha=alpha)), lp)]
+        )
     return results
 
 
 @torch.inference_mode()
-def beam_search(model, src: Tensor, *, beam: int = 4, alpha: float = 0.6, length_penalty_kind: str = "gnmt",
-                max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1, constraint=None) -> list[list[Hypothesis]]:
-    """Batched beam search. Returns, per sentence, its `nbest` best finished hypotheses, best first.
-    `constraint` (optional, e.g. decoding.constraints.TreeConstraint) limits the tokens each row may emit; its state
-    follows the cache through every reorder and select."""
+def beam_search(
+    model,
+    src: Tensor,
+    *,
+    beam: int = 4,
+    alpha: float = 0.6,
+    length_penalty_kind: str = "gnmt",
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    nbest: int = 1,
+    constraint=None,
+) -> list[list[Hypothesis]]:
+    """Batched beam search: per sentence, its `nbest` best finished hypotheses, best first. `constraint` (optional,
+    e.g. decoding.constraints.TreeConstraint) limits the tokens each row may emit; its state follows the cache."""
     device, batch, k = src.device, src.size(0), beam
-    memory = model.encode(src)
-    cache = model.start_decoding(memory, model.pad_mask(src))
+    cache = model.start_decoding(model.encode(src), model.pad_mask(src))
     max_len = _max_lengths(src, a=max_len_a, b=max_len_b, model_max=model.config.max_len)  # (B,)
-    lp = lambda n: length_penalty(n, kind=length_penalty_kind, alpha=alpha)  # noqa: E731
-
-    cache.select(torch.arange(batch, device=device).repeat_interleave(k))  # (B*k) rows
-    if constraint is not None:
-        cstate = constraint.select(constraint.start(max_len), torch.arange(batch, device=device).repeat_interleave(k))
+    lp = lambda n: length_penalty(n, kind=length_penalty_kind, alpha=alpha)
+    rows = _Rows(cache, constraint, max_len)
+    rows.select(torch.arange(batch, device=device).repeat_interleave(k))  # (B*k) rows
     sent = torch.arange(batch, device=device)  # original index of each sentence still decoding
     tokens = torch.full((batch * k, 1), BOS_ID, dtype=torch.long, device=device)  # (N, t+1)
     scores = torch.zeros(batch, k, device=device)  # (B, k) raw log-probabilities of alive beams
     scores[:, 1:] = float("-inf")  # at t = 0 all beams are the same: keep one
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    # Finished hypotheses live on the device too: (B, k) normalised scores, raw scores, token rows.
-    fin_score = torch.full((batch, k), float("-inf"), device=device)
-    fin_raw = torch.full((batch, k), float("-inf"), device=device)
-    fin_tokens = torch.full((batch, k, 1), PAD_ID, dtype=torch.long, device=device)
+    kept = _Finished.empty(batch, k, device)
 
     for t in range(int(max_len.max())):
-        b = sent.numel()
         lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (N, V)
-        vocab = lprobs.size(1)
         lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
-        lprobs = _force_eos(lprobs, max_len[sent].eq(t + 1).repeat_interleave(k))  # last allowed position
-        if constraint is not None:
-            lprobs = lprobs.masked_fill(~constraint.allowed(cstate), float("-inf"))
-        cand = (scores.view(-1, 1) + lprobs).view(b, k * vocab)  # (B, k*V)
-        top_score, top_index = cand.topk(2 * k, dim=1)  # (B, 2k): at most k of them end in EOS
-        origin = top_index // vocab  # (B, 2k) beam each candidate extends
-        token = top_index % vocab  # (B, 2k)
-        rows = (origin + torch.arange(b, device=device).unsqueeze(1) * k)  # (B, 2k) rows in the N axis
+        lprobs = rows.mask(_force_eos(lprobs, max_len[sent].eq(t + 1).repeat_interleave(k)))  # last position: EOS
+        top_score, token, origin = _candidates(scores, lprobs, k)  # (B, 2k) each
         # A hypothesis ends only when its EOS ranks among the k best candidates (fairseq's and CTranslate2's rule);
         # EOS candidates ranked k+1..2k are dropped, not finished.
-        is_eos = token.eq(EOS_ID) & top_score.gt(float("-inf"))
-        is_eos[:, k:] = False
-
-        # Finished: merge this step's EOS candidates with the kept ones, keep the k best by normalised score.
-        length = torch.tensor(float(t + 1), device=device)
-        new_norm = torch.where(is_eos, top_score / lp(length), torch.full_like(top_score, float("-inf")))
-        hist = tokens[rows.view(-1)].view(b, 2 * k, t + 1)[:, :, 1:]  # (B, 2k, t) without BOS
-        new_tokens = torch.cat([hist, token.unsqueeze(2)], dim=2)  # (B, 2k, t+1)
-        fin_tokens = F.pad(fin_tokens, (0, t + 1 - fin_tokens.size(2)), value=PAD_ID)  # (B, k, t+1)
-        all_norm = torch.cat([fin_score, new_norm], dim=1)  # (B, 3k)
-        all_raw = torch.cat([fin_raw, top_score], dim=1)
-        all_tokens = torch.cat([fin_tokens, new_tokens], dim=1)  # (B, 3k, t+1)
-        fin_score, keep = all_norm.topk(k, dim=1)  # (B, k)
-        fin_raw = all_raw.gather(1, keep)
-        fin_tokens = all_tokens.gather(1, keep.unsqueeze(2).expand(-1, -1, all_tokens.size(2)))
+        is_eos = token.eq(EOS_ID) & top_score.gt(float("-inf")) & torch.arange(2 * k, device=device).lt(k)
+        new_norm = torch.where(is_eos, top_score / lp(torch.tensor(float(t + 1), device=device)), float("-inf"))
+        hist = tokens[origin.view(-1)].view(sent.numel(), 2 * k, t + 1)[:, :, 1:]  # (B, 2k, t) without BOS
+        kept.merge(new_norm, top_score, torch.cat([hist, token.unsqueeze(2)], dim=2))
 
         # Alive: the k best candidates that did not end in EOS.
-        alive_score, pick = top_score.masked_fill(token.eq(EOS_ID), float("-inf")).topk(k, dim=1)  # (B, k)
-        alive_rows = rows.gather(1, pick).view(-1)  # (N,)
-        scores = alive_score
+        scores, pick = top_score.masked_fill(token.eq(EOS_ID), float("-inf")).topk(k, dim=1)  # (B, k)
+        alive_rows = origin.gather(1, pick).view(-1)  # (N,)
         tokens = torch.cat([tokens[alive_rows], token.gather(1, pick).view(-1, 1)], dim=1)  # (N, t+2)
-        cache.reorder(alive_rows)
-        if constraint is not None:
-            cstate = constraint.advance(constraint.reorder(cstate, alive_rows), tokens[:, -1])
+        rows.reorder(alive_rows, tokens[:, -1])
 
         # Stopping check (the step's one host sync): can any alive beam still beat the n-best finished?
-        bound = scores.max(dim=1).values / lp(max_len[sent].float())  # (B,)
-        done = fin_score[:, nbest - 1].ge(bound) | max_len[sent].le(t + 1) | scores.max(dim=1).values.eq(float("-inf"))
+        best_alive = scores.max(dim=1).values  # (B,)
+        done = kept.score[:, nbest - 1].ge(best_alive / lp(max_len[sent].float()))
+        done |= max_len[sent].le(t + 1) | best_alive.eq(float("-inf"))
         if bool(done.any()):
             for i in done.nonzero().view(-1).tolist():
-                finished[int(sent[i])] = _collect(fin_tokens[i], fin_score[i], fin_raw[i], nbest)
+                finished[int(sent[i])] = kept.collect(i, nbest)
             keep_sent = (~done).nonzero().view(-1)
             if keep_sent.numel() == 0:
                 break
             keep_rows = (keep_sent.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
             sent, scores, tokens = sent[keep_sent], scores[keep_sent], tokens[keep_rows]
-            fin_score, fin_raw, fin_tokens = fin_score[keep_sent], fin_raw[keep_sent], fin_tokens[keep_sent]
-            cache.select(keep_rows)
-            if constraint is not None:
-                cstate = constraint.select(cstate, keep_rows)
+            kept.select(keep_sent)
+            rows.select(keep_rows)
     return finished
+
+
+def _candidates(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The 2k best extensions of each sentence's k beams: (raw scores, tokens, decoder rows they extend), (B, 2k).
+    2k of them so that k remain when up to k end in EOS."""
+    b, vocab = scores.size(0), lprobs.size(1)
+    cand = (scores.view(-1, 1) + lprobs).view(b, k * vocab)  # (B, k*V)
+    top_score, top_index = cand.topk(2 * k, dim=1)  # (B, 2k)
+    origin = top_index // vocab  # (B, 2k) the beam each candidate extends
+    rows = origin + torch.arange(b, device=scores.device).unsqueeze(1) * k  # (B, 2k) rows in the N axis
+    return top_score, top_index % vocab, rows
+
+
+class _Rows:
+    """The decoder rows' state besides their tokens: the model's cache and the constraint's state (when decoding
+    is constrained), reordered and selected together."""
+
+    def __init__(self, cache, constraint, max_len: Tensor) -> None:
+        self.cache, self.constraint = cache, constraint
+        self.state = constraint.start(max_len) if constraint is not None else None
+
+    def mask(self, lprobs: Tensor) -> Tensor:
+        if self.constraint is None:
+            return lprobs
+        return lprobs.masked_fill(~self.constraint.allowed(self.state), float("-inf"))
+
+    def reorder(self, index: Tensor, new_tokens: Tensor) -> None:
+        """Row i now continues row index[i] with new_tokens[i]."""
+        self.cache.reorder(index)
+        if self.constraint is not None:
+            self.state = self.constraint.advance(self.constraint.reorder(self.state, index), new_tokens)
+
+    def select(self, index: Tensor) -> None:
+        self.cache.select(index)
+        if self.constraint is not None:
+            self.state = self.constraint.select(self.state, index)
+
+
+@dataclass
+class _Finished:
+    """The k best finished hypotheses of every sentence still decoding, kept on the device (no host sync)."""
+
+    score: Tensor  # (B, k) log P / lp
+    raw: Tensor  # (B, k) log P
+    tokens: Tensor  # (B, k, t) without BOS, EOS last
+
+    @classmethod
+    def empty(cls, batch: int, k: int, device: torch.device) -> _Finished:
+        none = torch.full((batch, k), float("-inf"), device=device)
+        return cls(none, none.clone(), torch.full((batch, k, 1), PAD_ID, dtype=torch.long, device=device))
+
+    def merge(self, norm: Tensor, raw: Tensor, tokens: Tensor) -> None:
+        """Keep the k best by normalised score of the kept ones and this step's (B, 2k) candidates."""
+        k = self.score.size(1)
+        old = F.pad(self.tokens, (0, tokens.size(2) - self.tokens.size(2)), value=PAD_ID)  # (B, k, t+1)
+        all_tokens = torch.cat([old, tokens], dim=1)  # (B, 3k, t+1)
+        self.score, keep = torch.cat([self.score, norm], dim=1).topk(k, dim=1)  # (B, k)
+        self.raw = torch.cat([self.raw, raw], dim=1).gather(1, keep)
+        self.tokens = all_tokens.gather(1, keep.unsqueeze(2).expand(-1, -1, all_tokens.size(2)))
+
+    def select(self, index: Tensor) -> None:
+        self.score, self.raw, self.tokens = self.score[index], self.raw[index], self.tokens[index]
+
+    def collect(self, i: int, nbest: int) -> list[Hypothesis]:
+        return _collect(self.tokens[i], self.score[i], self.raw[i], nbest)
 
 
 def _force_eos(lprobs: Tensor, forced: Tensor) -> Tensor:
@@ -177,7 +231,7 @@ def _force_eos(lprobs: Tensor, forced: Tensor) -> Tensor:
 
 
 def _collect(tokens: Tensor, norm: Tensor, raw: Tensor, nbest: int) -> list[Hypothesis]:
-    out = []
+    out: list[Hypothesis] = []
     for row, s, r in zip(tokens.tolist(), norm.tolist(), raw.tolist()):
         if s == float("-inf") or len(out) == nbest:
             continue

@@ -5,19 +5,20 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from ..training.checkpoint import find_weights, load_weights
-from ..config import DecodeConfig, read_config
-from ..model import Transformer
-from .search import beam_search, greedy_search
+from ..config import Config, DecodeConfig, read_config
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from ..model import Transformer
+from ..training.checkpoint import find_weights, load_weights
+from .search import beam_search, greedy_search
 
 
 def pick_device(name: str = "auto") -> torch.device:
-    """"auto" (CUDA when present, else CPU), "cpu", "cuda", "cuda:N"; anything else, or a GPU that is not there,
+    """ "auto" (CUDA when present, else CPU), "cpu", "cuda", "cuda:N"; anything else, or a GPU that is not there,
     is a ConfigError (one line), not a traceback at the first tensor moved."""
     from ..config import ConfigError
 
@@ -67,10 +68,10 @@ class Translator:
         self.truncated: list[int] = []  # input indices cut to the model's max length in the last call
 
     @classmethod
-    def from_run(cls, path: str | Path, *, device: str = "auto") -> "Translator":
+    def from_run(cls, path: str | Path, *, device: str = "auto") -> Translator:
         """Load config, tokenizer and weights (safetensors) from a run directory or a weights file in one."""
         run_dir, weights = find_weights(path)
-        config = read_config(run_dir / "config.json")
+        config = read_config(run_dir / "config.json", Config)
         model = Transformer(config.model)
         load_weights(model, weights)
         model.to(pick_device(device)).eval()
@@ -94,7 +95,9 @@ class Translator:
 
     def _batches(self, sources: list[list[int]], batch_tokens: int) -> list[list[int]]:
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
-        batches, current, longest = [], [], 0
+        batches: list[list[int]] = []
+        current: list[int] = []
+        longest = 0
         for i in order:
             longest_if = max(longest, len(sources[i]))
             if current and longest_if * (len(current) + 1) > batch_tokens:
@@ -106,9 +109,24 @@ class Translator:
             batches.append(current)
         return batches
 
-    def translate_nbest(self, sentences: list[str], *, beam: int | None = None, alpha: float | None = None,
-                        nbest: int = 1, batch_tokens: int | None = None, length_penalty: str | None = None,
-                        progress: bool = False) -> list[list[Translation]]:
+    def _padded(self, sources: list[list[int]]) -> torch.Tensor:
+        """(B, S) token ids padded with PAD, on the model's device."""
+        src = torch.full((len(sources), max(len(x) for x in sources)), PAD_ID, dtype=torch.long)
+        for row, ids in enumerate(sources):
+            src[row, : len(ids)] = torch.tensor(ids)
+        return src.to(self.device)
+
+    def translate_nbest(
+        self,
+        sentences: list[str],
+        *,
+        beam: int | None = None,
+        alpha: float | None = None,
+        nbest: int = 1,
+        batch_tokens: int | None = None,
+        length_penalty: str | None = None,
+        progress: bool = False,
+    ) -> list[list[Translation]]:
         d = self.decode
         beam = d.beam if beam is None else beam
         alpha = d.alpha if alpha is None else alpha
@@ -127,17 +145,14 @@ class Translator:
         bar = tqdm(total=len(sentences), unit="sent", disable=not progress, file=sys.stderr, leave=False)
         try:
             for batch in self._batches(sources, batch_tokens):
-                width = max(len(sources[i]) for i in batch)
-                src = torch.full((len(batch), width), PAD_ID, dtype=torch.long)
-                for row, i in enumerate(batch):
-                    src[row, : len(sources[i])] = torch.tensor(sources[i])
-                src = src.to(self.device)
+                src = self._padded([sources[i] for i in batch])
+                search: dict[str, Any] = dict(
+                    alpha=alpha, length_penalty_kind=penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b
+                )
                 if beam == 1 and nbest == 1:
-                    hyps = greedy_search(self.model, src, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
-                                         alpha=alpha, length_penalty_kind=penalty)
+                    hyps = greedy_search(self.model, src, **search)
                 else:
-                    hyps = beam_search(self.model, src, beam=beam, alpha=alpha, length_penalty_kind=penalty,
-                                       max_len_a=d.max_len_a, max_len_b=d.max_len_b, nbest=nbest)
+                    hyps = beam_search(self.model, src, beam=beam, nbest=nbest, **search)
                 for j, sent_hyps in zip(batch, hyps):
                     texts = self.tokenizer.decode([h.tokens for h in sent_hyps])
                     results[todo[j]] = [Translation(t, h.score, h.tokens) for t, h in zip(texts, sent_hyps)]
@@ -168,10 +183,12 @@ class Translator:
         with self.model.recording_attention():
             self.model(src, tgt_in)
         self.model.train(was_training)
-        stack = lambda mods: torch.stack([m.weights[0] for m in mods]).cpu()  # noqa: E731
-        pieces = lambda ids: [self.tokenizer.sp.id_to_piece(int(i)) for i in ids]  # noqa: E731
+        stack = lambda mods: torch.stack([m.weights[0] for m in mods]).cpu()
+        pieces = lambda ids: [self.tokenizer.sp.id_to_piece(int(i)) for i in ids]
         return AttentionMaps(
-            source_pieces=pieces(src_ids[:-1]) + ["</s>"], target_pieces=["<s>"] + pieces(tgt_ids),
+            source_pieces=pieces(src_ids[:-1]) + ["</s>"],
+            target_pieces=["<s>"] + pieces(tgt_ids),
             encoder=stack([layer.self_attn for layer in self.model.encoder.layers]),
             decoder=stack([layer.self_attn for layer in self.model.decoder.layers]),
-            cross=stack([layer.cross_attn for layer in self.model.decoder.layers]))
+            cross=stack([layer.cross_attn for layer in self.model.decoder.layers]),
+        )

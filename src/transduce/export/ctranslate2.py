@@ -57,13 +57,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from ..training.checkpoint import find_weights, load_weights
-from ..config import ConfigError, DecodeConfig, ModelConfig, read_config
+from ..config import Config, ConfigError, DecodeConfig, ModelConfig, read_config
+from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from ..decoding.search import length_penalty
+from ..decoding.translator import Translation
 from ..model import Transformer
 from ..outputs import MANIFEST, atomic_folder, check_replaceable, read_manifest
-from ..decoding.search import length_penalty
-from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from ..decoding.translator import Translation
+from ..training.checkpoint import find_weights, load_weights
 
 KIND = "ctranslate2-export"  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
 FORMAT_VERSION = 1
@@ -89,11 +89,15 @@ def check_exportable(config: ModelConfig, tokenizer: Tokenizer) -> None:
     """Refuse, naming every reason, a model that CTranslate2's Transformer cannot compute exactly."""
     problems = []
     if config.attention_window is not None:
-        problems.append(f"model.attention_window = {config.attention_window} (restricted self-attention): "
-                        "CTranslate2's encoder-decoder Transformer always attends to every position")
+        problems.append(
+            f"model.attention_window = {config.attention_window} (restricted self-attention): "
+            "CTranslate2's encoder-decoder Transformer always attends to every position"
+        )
     if config.encoder_layers < 1 or config.decoder_layers < 1:
-        problems.append(f"{config.encoder_layers} encoder and {config.decoder_layers} decoder layers: "
-                        "CTranslate2 needs at least one layer in each stack")
+        problems.append(
+            f"{config.encoder_layers} encoder and {config.decoder_layers} decoder layers: "
+            "CTranslate2 needs at least one layer in each stack"
+        )
     if config.pad_id != PAD_ID:
         problems.append(f"model.pad_id = {config.pad_id}: the exported vocabulary puts PAD at {PAD_ID}")
     if tokenizer.vocab_size != config.vocab_size:
@@ -179,9 +183,12 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     specs = ct2.specs
     spec = specs.TransformerSpec(
         specs.TransformerEncoderSpec(config.encoder_layers, config.n_heads, pre_norm=config.norm_first),
-        specs.TransformerDecoderSpec(config.decoder_layers, config.n_heads, pre_norm=config.norm_first))
+        specs.TransformerDecoderSpec(config.decoder_layers, config.n_heads, pre_norm=config.norm_first),
+    )
     _set_encoder(spec.encoder, model.encoder)
-    _set_decoder(spec.decoder, model.decoder, model.output)
+    output = model.output
+    assert isinstance(output, nn.Linear), "a loaded model's output projection is an nn.Linear (no cpu_speed measures)"
+    _set_decoder(spec.decoder, model.decoder, output)
     pieces = _pieces(tokenizer)
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
@@ -213,7 +220,7 @@ def export_ctranslate2(run: str | Path, out: str | Path, *, quantization: str | 
     out = Path(out)
     check_replaceable(out, KIND)  # refuse early, before the work
     run_dir, weights = find_weights(run)
-    config = read_config(run_dir / "config.json")
+    config = read_config(run_dir / "config.json", Config)
     tokenizer = Tokenizer(run_dir / "tokenizer.model")
     check_exportable(config.model, tokenizer)  # before loading weights: refuse early
     model = Transformer(config.model)
@@ -225,10 +232,15 @@ def export_ctranslate2(run: str | Path, out: str | Path, *, quantization: str | 
         spec.register_file(str(meta), "tokenizer.json")
     spec.validate()
     spec.optimize(quantization=quantization)
-    manifest = {"version": FORMAT_VERSION, "run": str(run_dir.resolve()),
-                "weights": str(Path(weights).resolve()), "quantization": quantization,
-                "ctranslate2": ct2.__version__, "model": dataclasses.asdict(config.model),
-                "decode": dataclasses.asdict(config.decode)}
+    manifest = {
+        "version": FORMAT_VERSION,
+        "run": str(run_dir.resolve()),
+        "weights": str(Path(weights).resolve()),
+        "quantization": quantization,
+        "ctranslate2": ct2.__version__,
+        "model": dataclasses.asdict(config.model),
+        "decode": dataclasses.asdict(config.decode),
+    }
     with atomic_folder(out, KIND, **manifest) as tmp:  # refuses a destination that is not an export of ours
         spec.save(str(tmp))
     return out
@@ -257,11 +269,21 @@ def _search(*, beam: int, nbest: int, alpha: float, penalty: str, patience: floa
     if penalty not in ("gnmt", "length", "none"):
         raise ConfigError(f"unknown length penalty {penalty!r} (gnmt, length, none)")
     if beam > 1 and penalty == "gnmt":
-        raise ConfigError("CTranslate2 has no GNMT length penalty ((5 + |Y|) / 6)^alpha for beam search; use "
-                         "length_penalty='length' (|Y|^alpha, the form both engines share) or 'none'")
+        raise ConfigError(
+            "CTranslate2 has no GNMT length penalty ((5 + |Y|) / 6)^alpha for beam search; use "
+            "length_penalty='length' (|Y|^alpha, the form both engines share) or 'none'"
+        )
     exponent = alpha if penalty == "length" and beam > 1 else 0.0  # greedy: the raw log P, penalised by us
-    engine = {"beam_size": beam, "num_hypotheses": nbest, "length_penalty": exponent, "patience": patience,
-              "return_scores": True, "return_end_token": True, "min_decoding_length": 0, "max_input_length": 0}
+    engine = {
+        "beam_size": beam,
+        "num_hypotheses": nbest,
+        "length_penalty": exponent,
+        "patience": patience,
+        "return_scores": True,
+        "return_end_token": True,
+        "min_decoding_length": 0,
+        "max_input_length": 0,
+    }
     return _Search(engine, beam == 1, penalty, alpha)
 
 
@@ -278,9 +300,17 @@ class CTranslate2Translator:
     `truncated`, which describes the last call.
     """
 
-    def __init__(self, folder: str | Path, *, decode: DecodeConfig | None = None, device: str = "cpu",
-                 compute_type: str | None = None, threads: int = 0, patience: float = 4.0,
-                 tokenizer: Tokenizer | None = None) -> None:
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        decode: DecodeConfig | None = None,
+        device: str = "cpu",
+        compute_type: str | None = None,
+        threads: int = 0,
+        patience: float = 4.0,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
         ct2 = _ctranslate2()
         folder = Path(folder)
         if not is_export(folder):
@@ -298,8 +328,7 @@ class CTranslate2Translator:
             raise ExportError(f"{folder}: the vocabulary does not match the SentencePiece model")
         self.piece_ids = {piece: i for i, piece in enumerate(self.pieces)}
         self.compute_type = compute_type or _compute_type(ct2, self.manifest.get("quantization"), device)
-        self.engine = ct2.Translator(str(folder), device=device, compute_type=self.compute_type,
-                                     intra_threads=threads)
+        self.engine = ct2.Translator(str(folder), device=device, compute_type=self.compute_type, intra_threads=threads)
         self.patience = patience
         self.truncated: list[int] = []  # input indices cut to the model's max length in the last call
 
@@ -330,16 +359,29 @@ class CTranslate2Translator:
         length = int(np.float32(d.max_len_a) * np.float32(source_length) + np.float32(d.max_len_b))
         return min(max(length, 1), self.max_len - 1)
 
-    def translate_nbest(self, sentences: list[str], *, beam: int | None = None, alpha: float | None = None,
-                        nbest: int = 1, batch_tokens: int | None = None, length_penalty: str | None = None,
-                        progress: bool = False) -> list[list[Translation]]:
+    def translate_nbest(
+        self,
+        sentences: list[str],
+        *,
+        beam: int | None = None,
+        alpha: float | None = None,
+        nbest: int = 1,
+        batch_tokens: int | None = None,
+        length_penalty: str | None = None,
+        progress: bool = False,
+    ) -> list[list[Translation]]:
         """Per sentence, its `nbest` best translations, best first; an empty line gets an empty list."""
         d = self.decode
         beam = d.beam if beam is None else beam
         if not 1 <= nbest <= beam:
             raise ConfigError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
-        search = _search(beam=beam, nbest=nbest, alpha=d.alpha if alpha is None else alpha, patience=self.patience,
-                         penalty=d.length_penalty if length_penalty is None else length_penalty)
+        search = _search(
+            beam=beam,
+            nbest=nbest,
+            alpha=d.alpha if alpha is None else alpha,
+            patience=self.patience,
+            penalty=d.length_penalty if length_penalty is None else length_penalty,
+        )
         batch_tokens = d.batch_tokens if batch_tokens is None else batch_tokens
         results: list[list[Translation]] = [[] for _ in sentences]
         todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
@@ -361,14 +403,20 @@ class CTranslate2Translator:
         """Translate raw sentences; returns raw translations in input order (empty input -> empty output)."""
         return [hyps[0].text if hyps else "" for hyps in self.translate_nbest(sentences, **kwargs)]
 
-    def _decode(self, sources: list[list[int]], max_output: int, batch_tokens: int,
-                search: _Search) -> list[list[Translation]]:
+    def _decode(
+        self, sources: list[list[int]], max_output: int, batch_tokens: int, search: _Search
+    ) -> list[list[Translation]]:
         """Sources of one length through the engine; hypotheses back to our ids and text."""
         if max_output <= 1:  # only EOS fits: we force it at once, the engine cannot be asked for 0 steps
             return [[Translation("", 0.0, [])] for _ in sources]
         results = self.engine.translate_batch(
-            [[self.pieces[i] for i in ids] for ids in sources], max_decoding_length=max_output - 1,
-            max_batch_size=batch_tokens, batch_type="tokens", suppress_sequences=self._suppressed(), **search.engine)
+            [[self.pieces[i] for i in ids] for ids in sources],
+            max_decoding_length=max_output - 1,
+            max_batch_size=batch_tokens,
+            batch_type="tokens",
+            suppress_sequences=self._suppressed(),
+            **search.engine,
+        )
         eos = self.pieces[EOS_ID]
         out = []
         for result in results:

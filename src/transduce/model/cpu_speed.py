@@ -40,7 +40,9 @@ def apply(model: nn.Module, *, workspace_rows: int) -> nn.Module:
             if type(child) is nn.Dropout:
                 setattr(module, name, BitDropout(child.p))
     if isinstance(model, Transformer):
-        model.output = WorkspaceLinear(model.output.weight, rows=workspace_rows)
+        weight = model.output.weight
+        assert isinstance(weight, nn.Parameter), "the output projection's weight is a model parameter"
+        model.output = WorkspaceLinear(weight, rows=workspace_rows)
     keep_freed_memory()
     return model
 

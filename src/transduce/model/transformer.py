@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -103,10 +104,12 @@ class MultiHeadAttention(nn.Module):
         return out.permute(2, 0, 3, 1, 4).unbind(0)  # n x (B, H, L, K)
 
     def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return self._project(x, self.q_proj, self.k_proj, self.v_proj)
+        q, k, v = self._project(x, self.q_proj, self.k_proj, self.v_proj)
+        return q, k, v
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        return self._project(x, self.k_proj, self.v_proj)
+        k, v = self._project(x, self.k_proj, self.v_proj)
+        return k, v
 
     def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, causal: bool = False) -> Tensor:
         """Queries from x (B, Lq, D); keys and values already projected (B, H, Lk, K)."""
@@ -144,7 +147,9 @@ class FeedForward(nn.Module):
 
 
 class SublayerConnection(nn.Module):
-    """§3.1 and §5.4: LayerNorm(x + Dropout(Sublayer(x))) (post-LN, the paper's); pre-LN: x + Dropout(Sublayer(LN(x)))."""
+    """§3.1 and §5.4: LayerNorm(x + Dropout(Sublayer(x))) (post-LN, the paper's).
+
+    Pre-LN (`norm_first`): x + Dropout(Sublayer(LN(x)))."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -162,8 +167,9 @@ class SublayerConnection(nn.Module):
 class EncoderLayer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model=config.d_model, n_heads=config.n_heads,
-                                            dropout=config.attention_dropout)
+        self.self_attn = MultiHeadAttention(
+            d_model=config.d_model, n_heads=config.n_heads, dropout=config.attention_dropout
+        )
         self.ff = FeedForward(d_model=config.d_model, d_ff=config.d_ff)
         self.sublayer1, self.sublayer2 = SublayerConnection(config), SublayerConnection(config)
 
@@ -175,20 +181,32 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        kw = dict(d_model=config.d_model, n_heads=config.n_heads, dropout=config.attention_dropout)
-        self.self_attn, self.cross_attn = MultiHeadAttention(**kw), MultiHeadAttention(**kw)
+
+        def attention() -> MultiHeadAttention:
+            return MultiHeadAttention(d_model=config.d_model, n_heads=config.n_heads, dropout=config.attention_dropout)
+
+        self.self_attn, self.cross_attn = attention(), attention()
         self.ff = FeedForward(d_model=config.d_model, d_ff=config.d_ff)
         self.sublayer1, self.sublayer2, self.sublayer3 = (SublayerConnection(config) for _ in range(3))
 
-    def forward(self, x: Tensor, memory_kv: tuple[Tensor, Tensor], self_mask: Tensor | None,
-                cross_mask: Tensor | None, *, causal: bool = False, cache: "DecoderCache | None" = None,
-                layer: int = 0) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory_kv: tuple[Tensor, Tensor],
+        self_mask: Tensor | None,
+        cross_mask: Tensor | None,
+        *,
+        causal: bool = False,
+        cache: DecoderCache | None = None,
+        layer: int = 0,
+    ) -> Tensor:
         def self_attention(h: Tensor) -> Tensor:
             q, k, v = self.self_attn.project_qkv(h)  # (B, H, T, K)
             if cache is not None:  # append this step's keys/values to the ones of earlier steps
-                if cache.self_kv[layer] is not None:
-                    k = torch.cat([cache.self_kv[layer][0], k], dim=2)  # (B, H, t+1, K)
-                    v = torch.cat([cache.self_kv[layer][1], v], dim=2)
+                past = cache.self_kv[layer]
+                if past is not None:
+                    k = torch.cat([past[0], k], dim=2)  # (B, H, t+1, K)
+                    v = torch.cat([past[1], v], dim=2)
                 cache.self_kv[layer] = (k, v)
             return self.self_attn.attend(q, k, v, self_mask, causal=causal)
 
@@ -200,6 +218,8 @@ class DecoderLayer(nn.Module):
 
 class Embedding(nn.Module):
     """§3.4-§3.5: Dropout(token embedding * sqrt(d_model) + positional encoding)."""
+
+    pe: Tensor  # the sinusoidal table (max_len, D), a buffer, when the positions are not learned
 
     def __init__(self, config: ModelConfig, tokens: nn.Embedding) -> None:
         super().__init__()
@@ -234,8 +254,9 @@ class Encoder(nn.Module):
 
     def forward(self, src: Tensor, src_pad_mask: Tensor) -> Tensor:
         x = self.embed(src)  # (B, S, D)
-        mask = attention_mask(src_pad_mask, query_len=src.size(1), key_len=src.size(1), window=self.window,
-                              device=src.device)  # (B, 1, S, S) or (B, 1, 1, S)
+        mask = attention_mask(
+            src_pad_mask, query_len=src.size(1), key_len=src.size(1), window=self.window, device=src.device
+        )  # (B, 1, S, S) or (B, 1, 1, S)
         for layer in self.layers:
             x = layer(x, mask)
         return self.final_norm(x) if self.final_norm is not None else x  # (B, S, D)
@@ -257,7 +278,12 @@ class DecoderCache:
 
     def reorder(self, index: Tensor) -> None:
         """Keep the self-attention history of rows `index` (beam search: each beam's parent)."""
-        self.self_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.self_kv]
+        reordered: list[tuple[Tensor, Tensor] | None] = []
+        for kv in self.self_kv:
+            assert kv is not None, "reorder follows a decoding step, which fills every layer's keys and values"
+            k, v = kv
+            reordered.append((k.index_select(0, index), v.index_select(0, index)))
+        self.self_kv = reordered
 
     def select(self, index: Tensor) -> None:
         """Keep rows `index` everywhere (drop finished sentences, or expand sentences into beams)."""
@@ -282,19 +308,26 @@ class Decoder(nn.Module):
         x = self.embed(tgt_in)  # (B, T, D)
         length = tgt_in.size(1)
         causal = self.window is None  # the fused causal kernel; a window needs an explicit mask
-        self_mask = None if causal else attention_mask(
-            None, query_len=length, key_len=length, causal=True, window=self.window, device=x.device)
+        self_mask = (
+            None
+            if causal
+            else attention_mask(
+                None, query_len=length, key_len=length, causal=True, window=self.window, device=x.device
+            )
+        )
         cross_mask = attention_mask(src_pad_mask, query_len=length, key_len=memory.size(1))  # (B, 1, 1, S)
         for layer in self.layers:
-            x = layer(x, layer.cross_attn.project_kv(memory), self_mask, cross_mask, causal=causal)
+            memory_kv = cast(DecoderLayer, layer).cross_attn.project_kv(memory)
+            x = layer(x, memory_kv, self_mask, cross_mask, causal=causal)
         return self.final_norm(x) if self.final_norm is not None else x  # (B, T, D)
 
     def step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
         x = self.embed(tokens.view(-1, 1), offset=cache.step)  # (B, 1, D)
         self_mask = None
         if self.window is not None:  # the newest position sees only the last r+1 positions
-            self_mask = attention_mask(None, query_len=1, key_len=cache.step + 1, window=self.window,
-                                       query_offset=cache.step, device=x.device)
+            self_mask = attention_mask(
+                None, query_len=1, key_len=cache.step + 1, window=self.window, query_offset=cache.step, device=x.device
+            )
         for i, layer in enumerate(self.layers):
             x = layer(x, cache.memory_kv[i], self_mask, cache.cross_mask, cache=cache, layer=i)
         cache.step += 1
@@ -311,7 +344,7 @@ def init_parameters(root: nn.Module, d_model: int) -> None:
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=d_model ** -0.5)
+            nn.init.normal_(module.weight, mean=0.0, std=d_model**-0.5)
             if module.padding_idx is not None:
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()
@@ -332,11 +365,15 @@ class Transformer(nn.Module):
         self.config = config
         src_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id)
         # §3.4: with a shared vocabulary, one matrix for both embeddings and the pre-softmax projection.
-        tgt_tokens = src_tokens if config.tie_embeddings else nn.Embedding(
-            config.vocab_size, config.d_model, padding_idx=config.pad_id)
+        tgt_tokens = (
+            src_tokens
+            if config.tie_embeddings
+            else nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id)
+        )
         self.encoder = Encoder(config, src_tokens)
         self.decoder = Decoder(config, tgt_tokens)
-        self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # the pre-softmax projection: an nn.Linear here, which cpu_speed.apply may replace by a WorkspaceLinear
+        self.output: nn.Module = nn.Linear(config.d_model, config.vocab_size, bias=False)
         init_parameters(self, config.d_model)
         if config.tie_embeddings:
             self.output.weight = tgt_tokens.weight
@@ -362,10 +399,11 @@ class Transformer(nn.Module):
 
     def start_decoding(self, memory: Tensor, src_pad_mask: Tensor) -> DecoderCache:
         """Encoder-decoder keys/values are computed here, once per batch."""
-        memory_kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder.layers]
+        memory_kv = [cast(DecoderLayer, layer).cross_attn.project_kv(memory) for layer in self.decoder.layers]
         cross_mask = attention_mask(src_pad_mask, query_len=1, key_len=memory.size(1))
-        return DecoderCache(memory_kv=memory_kv, self_kv=[None] * len(memory_kv), src_pad_mask=src_pad_mask,
-                            cross_mask=cross_mask)
+        return DecoderCache(
+            memory_kv=memory_kv, self_kv=[None] * len(memory_kv), src_pad_mask=src_pad_mask, cross_mask=cross_mask
+        )
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
         """tokens: (B,) the newest token of each row. Returns next-token logits (B, V); updates `cache`."""

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +25,11 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from .batcher import CountTokens, DynamicBatcher, RunBatch, count_words
+
+if TYPE_CHECKING:  # imported where used: loading one predictor does not import the others' dependencies
+    from ..decoding.translator import Translator
+    from ..export.ctranslate2 import CTranslate2Translator
+    from ..tasks.classification import Classifier
 
 T = TypeVar("T")
 STATIC_DIR = Path(__file__).parent / "static"
@@ -87,8 +92,9 @@ class AttentionResponse(BaseModel):
     target_pieces: list[str] = Field(description="Decoder inputs: <s> then the target's pieces.")
     layers: int
     heads: int
-    cross: list[list[list[list[float]]]] = Field(description="Encoder-decoder attention (layer, head, target, "
-                                                             "source); each row sums to 1.")
+    cross: list[list[list[list[float]]]] = Field(
+        description="Encoder-decoder attention (layer, head, target, source); each row sums to 1."
+    )
 
 
 class ClassifyRequest(_Strict):
@@ -130,25 +136,49 @@ class Service:
         try:
             return await asyncio.wait_for(work, self.limits.timeout_s)
         except asyncio.TimeoutError:
-            raise ApiError(504, "timeout", f"no answer within {self.limits.timeout_s:g} s",
-                           limit="timeout_s", max=self.limits.timeout_s) from None
+            raise ApiError(
+                504,
+                "timeout",
+                f"no answer within {self.limits.timeout_s:g} s",
+                limit="timeout_s",
+                max=self.limits.timeout_s,
+            ) from None
 
     def check_texts(self, texts: list[str]) -> None:
         """Sentence-count and length limits (422), checked before anything reaches the model."""
         if len(texts) > self.limits.max_sentences:
-            raise ApiError(422, "limit_exceeded", f"{len(texts)} texts in one request, at most "
-                           f"{self.limits.max_sentences} allowed", limit="max_sentences", max=self.limits.max_sentences)
+            raise ApiError(
+                422,
+                "limit_exceeded",
+                f"{len(texts)} texts in one request, at most {self.limits.max_sentences} allowed",
+                limit="max_sentences",
+                max=self.limits.max_sentences,
+            )
         for i, text in enumerate(texts):
             if len(text) > self.limits.max_chars:
-                raise ApiError(422, "limit_exceeded", f"text {i} has {len(text)} characters, at most "
-                               f"{self.limits.max_chars} allowed", limit="max_chars", max=self.limits.max_chars,
-                               index=i)
+                raise ApiError(
+                    422,
+                    "limit_exceeded",
+                    f"text {i} has {len(text)} characters, at most {self.limits.max_chars} allowed",
+                    limit="max_chars",
+                    max=self.limits.max_chars,
+                    index=i,
+                )
 
     def info(self) -> dict[str, Any]:
-        return {"task": self.task, "engine": self.engine, **self.metadata, "parameters": _parameters(self.predictor),
-                **TASKS[self.task].describe(self.predictor), "limits": asdict(self.limits),
-                "batching": {"enabled": self.batching, "max_tokens": self.batcher.max_tokens,
-                             "max_wait_ms": self.batcher.max_wait_s * 1000.0}}
+        return {
+            "task": self.task,
+            "engine": self.engine,
+            **self.metadata,
+            "parameters": _parameters(self.predictor),
+            **TASKS[self.task].describe(self.predictor),
+            "limits": asdict(self.limits),
+            "batching": {
+                "enabled": self.batching,
+                "max_tokens": self.batcher.max_tokens,
+                "max_wait_ms": self.batcher.max_wait_s * 1000.0,
+            },
+        }
 
 
 def _parameters(predictor: Any) -> int | None:
@@ -177,8 +207,13 @@ def _decode_options(service: Service, request: TranslateRequest) -> DecodeOption
     beam = defaults.beam if request.beam is None else request.beam
     alpha = defaults.alpha if request.alpha is None else request.alpha
     if beam > service.limits.max_beam:
-        raise ApiError(422, "limit_exceeded", f"beam {beam} is above the server's maximum {service.limits.max_beam}",
-                       limit="max_beam", max=service.limits.max_beam)
+        raise ApiError(
+            422,
+            "limit_exceeded",
+            f"beam {beam} is above the server's maximum {service.limits.max_beam}",
+            limit="max_beam",
+            max=service.limits.max_beam,
+        )
     if request.nbest > beam:
         raise ApiError(422, "invalid_request", f"nbest ({request.nbest}) must not exceed beam ({beam})")
     return DecodeOptions(beam=beam, alpha=alpha, nbest=request.nbest)
@@ -187,8 +222,10 @@ def _decode_options(service: Service, request: TranslateRequest) -> DecodeOption
 def _translation_batch(predictor: Any, batch_tokens: int) -> RunBatch:
     def run(texts: list[str], options: Hashable) -> list:
         assert isinstance(options, DecodeOptions)
-        return predictor.translate_nbest(texts, beam=options.beam, alpha=options.alpha, nbest=options.nbest,
-                                         batch_tokens=batch_tokens)
+        return predictor.translate_nbest(
+            texts, beam=options.beam, alpha=options.alpha, nbest=options.nbest, batch_tokens=batch_tokens
+        )
+
     return run
 
 
@@ -211,6 +248,7 @@ def translation_routes(service: Service) -> APIRouter:
         return TranslateResponse(translations=[_translation_out(h, options.nbest) for h in results])
 
     if hasattr(service.predictor, "attention"):
+
         @router.post("/v1/attention", response_model=AttentionResponse)
         async def attention(request: AttentionRequest) -> AttentionResponse:
             """Encoder-decoder attention of one sentence pair (what the page draws)."""
@@ -227,14 +265,20 @@ async def _attention(service: Service, request: AttentionRequest) -> AttentionRe
         target = hypotheses[0].text if hypotheses else ""
     maps = await service.batcher.call(service.predictor.attention, request.text, target)
     cross = maps.cross.float().round(decimals=4)  # (L, H, T, S); 4 decimals keep the JSON small
-    return AttentionResponse(source_pieces=maps.source_pieces, target_pieces=maps.target_pieces,
-                             layers=cross.shape[0], heads=cross.shape[1], cross=cross.tolist())
+    return AttentionResponse(
+        source_pieces=maps.source_pieces,
+        target_pieces=maps.target_pieces,
+        layers=cross.shape[0],
+        heads=cross.shape[1],
+        cross=cross.tolist(),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- classification
 def _classification_batch(predictor: Any, batch_tokens: int) -> RunBatch:
     def run(texts: list[str], _key: Hashable) -> list:
         return predictor.predict_proba(texts).tolist()
+
     return run
 
 
@@ -247,9 +291,15 @@ def classification_routes(service: Service) -> APIRouter:
         """The most probable label of each text and the probability of every label, in input order."""
         service.check_texts(request.text)
         rows = await service.within_timeout(service.batcher.submit(request.text, None))
-        return ClassifyResponse(predictions=[
-            Prediction(label=labels[max(range(len(row)), key=row.__getitem__)],
-                       probabilities={label: float(p) for label, p in zip(labels, row)}) for row in rows])
+        return ClassifyResponse(
+            predictions=[
+                Prediction(
+                    label=labels[max(range(len(row)), key=row.__getitem__)],
+                    probabilities={label: float(p) for label, p in zip(labels, row)},
+                )
+                for row in rows
+            ]
+        )
 
     return router
 
@@ -267,11 +317,18 @@ class TaskSpec:
 
 # Checked in this order; a parser (POST /v1/parse) will be one more entry here.
 TASKS: dict[str, TaskSpec] = {
-    "classification": TaskSpec(lambda p: hasattr(p, "predict_proba") and hasattr(p, "labels"),
-                               _classification_batch, classification_routes, lambda p: {"labels": list(p.labels)}),
-    "translation": TaskSpec(lambda p: hasattr(p, "translate_nbest"), _translation_batch, translation_routes,
-                            lambda p: {"decode_defaults": asdict(_decode_defaults(p)),
-                                       "attention": hasattr(p, "attention")}),
+    "classification": TaskSpec(
+        lambda p: hasattr(p, "predict_proba") and hasattr(p, "labels"),
+        _classification_batch,
+        classification_routes,
+        lambda p: {"labels": list(p.labels)},
+    ),
+    "translation": TaskSpec(
+        lambda p: hasattr(p, "translate_nbest"),
+        _translation_batch,
+        translation_routes,
+        lambda p: {"decode_defaults": asdict(_decode_defaults(p)), "attention": hasattr(p, "attention")},
+    ),
 }
 
 
@@ -279,8 +336,9 @@ def task_of(predictor: Any) -> str:
     for name, spec in TASKS.items():
         if spec.serves(predictor):
             return name
-    raise TypeError(f"cannot serve a {type(predictor).__name__}: it has none of the methods of "
-                    f"{', '.join(TASKS)} predictors")
+    raise TypeError(
+        f"cannot serve a {type(predictor).__name__}: it has none of the methods of {', '.join(TASKS)} predictors"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- common routes
@@ -301,9 +359,11 @@ def common_routes(service: Service) -> APIRouter:
 
 
 # The page's files, fixed here: no path in a request ever reaches the file system.
-PAGE_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
-              "/static/page.js": ("page.js", "text/javascript; charset=utf-8"),
-              "/static/page.css": ("page.css", "text/css; charset=utf-8")}
+PAGE_FILES = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/static/page.js": ("page.js", "text/javascript; charset=utf-8"),
+    "/static/page.css": ("page.css", "text/css; charset=utf-8"),
+}
 # Everything the page loads comes from this server: it works offline and nothing else may run in it.
 PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:", "Cache-Control": "no-cache"}
 
@@ -323,8 +383,10 @@ def page_routes() -> APIRouter:
 # ---------------------------------------------------------------------------------------------------- errors
 def _summarise(errors: list[dict]) -> list[dict[str, Any]]:
     """pydantic's errors without their inputs (which may be large, or not JSON): where, what kind, what."""
-    return [{"loc": [str(part) for part in e.get("loc", ())], "type": e.get("type", ""), "msg": e.get("msg", "")}
-            for e in errors]
+    return [
+        {"loc": [str(part) for part in e.get("loc", ())], "type": e.get("type", ""), "msg": e.get("msg", "")}
+        for e in errors
+    ]
 
 
 def _where(error: dict[str, Any]) -> str:
@@ -338,8 +400,9 @@ async def _validation_error(request: Request, error: RequestValidationError) -> 
     errors = _summarise(list(error.errors()))
     if any(e["type"] == "json_invalid" for e in errors):
         return ApiError(400, "invalid_json", "the request body is not valid JSON").response()
-    message = "; ".join(f"{_where(e)}: {'unknown field' if e['type'] == 'extra_forbidden' else e['msg']}"
-                        for e in errors)
+    message = "; ".join(
+        f"{_where(e)}: {'unknown field' if e['type'] == 'extra_forbidden' else e['msg']}" for e in errors
+    )
     return JSONResponse({"error": {"code": "invalid_request", "message": message, "errors": errors}}, 422)
 
 
@@ -390,15 +453,27 @@ class BodyLimit:
         return await self.app(scope, replay, send)
 
     async def _refuse(self, scope: dict, receive: Callable, send: Callable) -> None:
-        error = ApiError(413, "limit_exceeded", f"the request body is over {self.max_bytes} bytes",
-                         limit="max_body_bytes", max=self.max_bytes)
+        error = ApiError(
+            413,
+            "limit_exceeded",
+            f"the request body is over {self.max_bytes} bytes",
+            limit="max_body_bytes",
+            max=self.max_bytes,
+        )
         await error.response()(scope, receive, send)
 
 
 # ---------------------------------------------------------------------------------------------------- the app
-def create_app(predictor: Any, *, limits: Limits | None = None, batching: bool = True, engine: str = "torch",
-               metadata: Mapping[str, Any] | None = None, batch_tokens: int = 4096,
-               max_wait_ms: float = 5.0) -> FastAPI:
+def create_app(
+    predictor: Any,
+    *,
+    limits: Limits | None = None,
+    batching: bool = True,
+    engine: str = "torch",
+    metadata: Mapping[str, Any] | None = None,
+    batch_tokens: int = 4096,
+    max_wait_ms: float = 5.0,
+) -> FastAPI:
     """The FastAPI app serving `predictor` (a Translator, a Classifier, or an object with the same methods).
 
     batching=False decodes one request at a time (the baseline the load benchmark compares with).
@@ -406,11 +481,22 @@ def create_app(predictor: Any, *, limits: Limits | None = None, batching: bool =
     """
     task, limits = task_of(predictor), limits or Limits()
     spec = TASKS[task]
-    batcher = DynamicBatcher(spec.run_batch(predictor, batch_tokens), max_tokens=batch_tokens,
-                             max_wait_s=max_wait_ms / 1000.0 if batching else 0.0,
-                             max_requests=None if batching else 1, count_tokens=_token_counter(predictor))
-    service = Service(predictor=predictor, task=task, engine=engine, limits=limits, batcher=batcher,
-                      batching=batching, metadata=dict(metadata or {}))
+    batcher = DynamicBatcher(
+        spec.run_batch(predictor, batch_tokens),
+        max_tokens=batch_tokens,
+        max_wait_s=max_wait_ms / 1000.0 if batching else 0.0,
+        max_requests=None if batching else 1,
+        count_tokens=_token_counter(predictor),
+    )
+    service = Service(
+        predictor=predictor,
+        task=task,
+        engine=engine,
+        limits=limits,
+        batcher=batcher,
+        batching=batching,
+        metadata=dict(metadata or {}),
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -420,8 +506,9 @@ def create_app(predictor: Any, *, limits: Limits | None = None, batching: bool =
     app = FastAPI(title="transduce", summary=f"A {task} model served over HTTP.", lifespan=lifespan)
     app.state.service = service
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(ApiError, _api_error)
+    # Starlette types a handler as taking any Exception, though it only calls it with the class it is registered for
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _internal_error)
     for router in (common_routes(service), spec.routes(service), page_routes()):
         app.include_router(router)
@@ -438,6 +525,7 @@ def _run_config(run: str | Path, engine: str) -> tuple[str, dict[str, Any]]:
 
     if engine == "ctranslate2":
         from ..export.ctranslate2 import is_export
+
         if is_export(run):
             return Path(run).resolve().name, {}
     run_dir = find_weights(run)[0]
@@ -450,16 +538,20 @@ def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "aut
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
     name, config = _run_config(run, engine)
+    predictor: Classifier | CTranslate2Translator | Translator
     if "head" in config:
         if engine != "torch":
             raise ValueError("classifier runs are served with the torch engine only")
         from ..tasks.classification import Classifier
+
         predictor = Classifier.from_run(run, device=device)
     elif engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Translator
+
         predictor = CTranslate2Translator.from_run(run, device=device)
     else:
         from ..decoding.translator import Translator
+
         predictor = Translator.from_run(run, device=device)
     data = config.get("data", {})
     metadata: dict[str, Any] = {"run": name}
@@ -468,21 +560,41 @@ def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "aut
     return predictor, metadata
 
 
-def run_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, graceful_timeout_s: int = 30,
-               log_level: str = "info") -> None:
+def run_server(
+    app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, graceful_timeout_s: int = 30, log_level: str = "info"
+) -> None:
     """uvicorn until SIGINT/SIGTERM; then no new connections, in-flight requests get up to graceful_timeout_s."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                            timeout_graceful_shutdown=graceful_timeout_s)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, lifespan="on", timeout_graceful_shutdown=graceful_timeout_s
+    )
     uvicorn.Server(config).run()
 
 
-def serve(run: str | Path, *, engine: str = "torch", host: str = "127.0.0.1", port: int = 8000,
-          device: str = "auto", limits: Limits | None = None, batching: bool = True, batch_tokens: int = 4096,
-          max_wait_ms: float = 5.0, graceful_timeout_s: int = 30, log_level: str = "info") -> None:
+def serve(
+    run: str | Path,
+    *,
+    engine: str = "torch",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    device: str = "auto",
+    limits: Limits | None = None,
+    batching: bool = True,
+    batch_tokens: int = 4096,
+    max_wait_ms: float = 5.0,
+    graceful_timeout_s: int = 30,
+    log_level: str = "info",
+) -> None:
     """Serve a run directory over HTTP (loopback only unless `host` says otherwise) until SIGTERM or Ctrl-C."""
     predictor, metadata = load_predictor(run, engine=engine, device=device)
-    app = create_app(predictor, limits=limits, batching=batching, engine=engine, metadata=metadata,
-                     batch_tokens=batch_tokens, max_wait_ms=max_wait_ms)
+    app = create_app(
+        predictor,
+        limits=limits,
+        batching=batching,
+        engine=engine,
+        metadata=metadata,
+        batch_tokens=batch_tokens,
+        max_wait_ms=max_wait_ms,
+    )
     run_server(app, host=host, port=port, graceful_timeout_s=graceful_timeout_s, log_level=log_level)

@@ -51,8 +51,15 @@ class DynamicBatcher:
     max_requests: at most this many requests per call; 1 turns batching off (one request at a time).
     """
 
-    def __init__(self, run_batch: RunBatch, *, max_tokens: int = 4096, max_wait_s: float = 0.005,
-                 max_requests: int | None = None, count_tokens: CountTokens = count_words) -> None:
+    def __init__(
+        self,
+        run_batch: RunBatch,
+        *,
+        max_tokens: int = 4096,
+        max_wait_s: float = 0.005,
+        max_requests: int | None = None,
+        count_tokens: CountTokens = count_words,
+    ) -> None:
         if max_tokens < 1 or max_wait_s < 0 or (max_requests is not None and max_requests < 1):
             raise ValueError("max_tokens and max_requests must be >= 1 and max_wait_s >= 0")
         self.run_batch, self.count_tokens = run_batch, count_tokens
@@ -71,6 +78,7 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._pending.append(_Entry(list(texts), key, self.count_tokens(list(texts)), future, loop.time()))
+        assert self._wake is not None, "_ensure_running creates the wake-up event"
         self._wake.set()
         return await future
 
@@ -98,6 +106,7 @@ class DynamicBatcher:
 
     async def _loop(self) -> None:
         while True:
+            assert self._wake is not None, "_ensure_running creates the wake-up event before starting this task"
             await self._wake.wait()
             await self._wait_for_company()
             batch = self._take()
@@ -129,14 +138,16 @@ class DynamicBatcher:
             return False
         same = [e for e in pending if e.key == pending[0].key]
         return sum(e.tokens for e in same) >= self.max_tokens or (
-            self.max_requests is not None and len(same) >= self.max_requests)
+            self.max_requests is not None and len(same) >= self.max_requests
+        )
 
     def _take(self) -> list[_Entry]:
         """The oldest entry plus later ones with its key, in arrival order, within the token and request caps."""
         pending = self._live()
         if not pending:
             return []
-        key, batch, tokens = pending[0].key, [], 0
+        key, tokens = pending[0].key, 0
+        batch: list[_Entry] = []
         for entry in pending:
             if entry.key != key:
                 continue
@@ -153,7 +164,7 @@ class DynamicBatcher:
         texts = [text for entry in batch for text in entry.texts]
         try:
             outputs = await self.call(self.run_batch, texts, batch[0].key)
-        except Exception as error:  # noqa: BLE001 - handed to the requests, which answer with an error status
+        except Exception as error:
             if len(batch) > 1:  # one bad request must not fail the others: decode each on its own
                 for entry in batch:
                     await self._run([entry])
@@ -165,7 +176,7 @@ class DynamicBatcher:
         self.sentences += len(texts)
         start = 0
         for entry in batch:
-            _settle(entry.future, result=list(outputs[start:start + len(entry.texts)]))
+            _settle(entry.future, result=list(outputs[start : start + len(entry.texts)]))
             start += len(entry.texts)
 
 

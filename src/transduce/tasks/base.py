@@ -49,8 +49,9 @@ class Task(Protocol):
     description: str  # one line for the log: "29,000 training pairs"
 
     @classmethod
-    def prepare(cls, config: Any, run_dir: Path, *, main: bool, log: Callable[[str], None],
-                barrier: Callable[[], None]) -> Task:
+    def prepare(
+        cls, config: Any, run_dir: Path, *, main: bool, log: Callable[[str], None], barrier: Callable[[], None]
+    ) -> Task:
         """Prepare (rank 0) or load (after `barrier`) the data in RUN/data, write RUN/config.json and the tokenizer;
         refuse a resume whose model/data settings or input files changed. Returns the ready task."""
         ...
@@ -66,8 +67,7 @@ class Task(Protocol):
 
     def collate(self, indices: np.ndarray) -> Batch: ...
 
-    def loss(self, net: nn.Module, batch: Any, autocast: Callable[[], AbstractContextManager]
-             ) -> tuple[Tensor, Tensor]:
+    def loss(self, net: nn.Module, batch: Any, autocast: Callable[[], AbstractContextManager]) -> tuple[Tensor, Tensor]:
         """(training loss, nll), both summed over the batch's n_tokens."""
         ...
 
@@ -78,7 +78,7 @@ class Task(Protocol):
         ...
 
 
-def task_class(name: str) -> type:
+def task_class(name: str) -> type[Task]:
     """The Task class of a recipe's `task` name (imported on demand)."""
     import importlib
 
@@ -87,4 +87,25 @@ def task_class(name: str) -> type:
     if name not in TASKS:
         raise ConfigError(f"unknown task {name!r} (known: {', '.join(TASKS)})")
     module, _, cls = TASKS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    found: type[Task] = getattr(importlib.import_module(module), cls)
+    return found
+
+
+def same_run(saved: Any, new: Any, sections: tuple[str, ...] = ("model", "data")) -> None:
+    """Resuming: the model and the data must be those the run started with (training and decoding settings may
+    change). A vocabulary size left at 0 in the new config is filled in from the run's."""
+    import dataclasses
+
+    from ..config import ConfigError
+
+    for section in sections:
+        a, b = dataclasses.asdict(getattr(saved, section)), dataclasses.asdict(getattr(new, section))
+        if section == "model" and not b["vocab_size"]:
+            b["vocab_size"] = a["vocab_size"]
+        changed = [k for k in a if a[k] != b[k]]
+        if changed:
+            raise ConfigError(
+                f"this run directory was started with different {section} settings "
+                f"({', '.join(f'{section}.{k}: {a[k]!r} -> {b[k]!r}' for k in changed)}); "
+                "use a new --out to train a different model"
+            )

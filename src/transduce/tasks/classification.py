@@ -1,4 +1,4 @@
-"""The encoder-only variant (PAPER.md §8): the Transformer's `Encoder` plus a classification head.
+"""The encoder-only variant (not in the paper): the Transformer's §3.1 `Encoder` plus a classification head.
 
 Data: TSV (`text<TAB>label`, the label in the last column) or JSONL (`{"text": ..., "label": ...}`), plain or
 .gz. A SentencePiece vocabulary is trained on the training texts; sequences are cut to `data.max_len` tokens from
@@ -16,21 +16,21 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data.batching import make_batches
-from ..training.checkpoint import find_weights, load_weights
 from ..config import ConfigError, ModelConfig, TrainConfig, read_config, save_config
 from ..data import DataError, TokenArrays, file_digest, read_lines, resolve_path
-from ..outputs import atomic_folder
-from ..model import Encoder, init_parameters
+from ..data.batching import make_batches
 from ..data.tokenizer import BOS_ID, PAD_ID, Tokenizer
 from ..decoding.translator import pick_device
+from ..model import Encoder, init_parameters
+from ..outputs import atomic_folder
+from ..training.checkpoint import find_weights, load_weights
 
 POOLINGS = ("mean", "cls", "flatten")
 
@@ -38,7 +38,7 @@ POOLINGS = ("mean", "cls", "flatten")
 @dataclass(frozen=True, kw_only=True)
 class HeadConfig:
     """pooling: "mean" (masked mean over real tokens), "cls" (output at a prepended class token, BOS), "flatten"
-    (all max_len positions concatenated, the seed report's form). The head: Linear -> ReLU -> Linear."""
+    (all max_len positions concatenated, the form of the first IMDB experiments). The head: Linear -> ReLU -> Linear."""
 
     pooling: str = "mean"
     hidden: int = 0  # 0 = d_model
@@ -78,9 +78,17 @@ class ClassifierRunConfig:
     model: ModelConfig = field(default_factory=lambda: ModelConfig(n_layers=2, d_model=128, d_ff=256, n_heads=4))
     head: HeadConfig = field(default_factory=HeadConfig)
     data: ClassifyDataConfig = field(default_factory=ClassifyDataConfig)
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(
-        lr_schedule="constant", peak_lr=1e-3, warmup_steps=100, label_smoothing=0.0, max_epochs=5,
-        early_stop_metric="accuracy", max_tokens=16384))
+    train: TrainConfig = field(
+        default_factory=lambda: TrainConfig(
+            lr_schedule="constant",
+            peak_lr=1e-3,
+            warmup_steps=100,
+            label_smoothing=0.0,
+            max_epochs=5,
+            early_stop_metric="accuracy",
+            max_tokens=16384,
+        )
+    )
 
 
 class TransformerClassifier(nn.Module):
@@ -92,8 +100,9 @@ class TransformerClassifier(nn.Module):
         self.encoder = Encoder(config, nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id))
         width = config.d_model * (max_len + (head.pooling == "cls")) if head.pooling == "flatten" else config.d_model
         hidden = head.hidden or config.d_model
-        self.head = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(config.dropout),
-                                  nn.Linear(hidden, head.n_classes))
+        self.head = nn.Sequential(
+            nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(config.dropout), nn.Linear(hidden, head.n_classes)
+        )
         init_parameters(self, config.d_model)
 
     def forward(self, tokens: Tensor) -> Tensor:
@@ -166,7 +175,7 @@ class ClassBatch:
     n_real: int
     n_padded: int
 
-    def to(self, device: torch.device) -> "ClassBatch":
+    def to(self, device: torch.device) -> ClassBatch:
         return ClassBatch(self.tokens.to(device), self.labels.to(device), self.n_tokens, self.n_real, self.n_padded)
 
 
@@ -177,9 +186,9 @@ def truncate(ids: list[int], limit: int, how: str) -> list[int]:
     if how == "start":
         return ids[:limit]
     if how == "end":
-        return ids[len(ids) - limit:]
+        return ids[len(ids) - limit :]
     head = limit // 4
-    return ids[:head] + ids[len(ids) - (limit - head):]
+    return ids[:head] + ids[len(ids) - (limit - head) :]
 
 
 def encode_texts(tokenizer: Tokenizer, texts: list[str], config: ClassifyDataConfig, *, cls: bool) -> TokenArrays:
@@ -189,32 +198,10 @@ def encode_texts(tokenizer: Tokenizer, texts: list[str], config: ClassifyDataCon
     return TokenArrays.from_lists([[BOS_ID] + x if cls else x for x in cut])
 
 
-def prepare_classification(config: ClassifierRunConfig, out_dir: Path, log=print,
-                           frozen: bool = False) -> tuple[Tokenizer, list[str], dict]:
-    """Train the vocabulary, map labels to ids, encode train/valid(/test); cached like translation data.
-
-    `frozen` (a run being resumed): a cache whose inputs changed is refused, naming the file, not prepared again.
-    """
-    from ..data import changed_inputs
-
+def _labelled_splits(config: ClassifierRunConfig) -> tuple[dict[str, tuple[list[str], list[str]]], list[str]]:
+    """(texts, labels) of train, valid (read, or valid_fraction of the shuffled training rows) and test; the
+    classes, sorted."""
     d = config.data
-    if not d.train:
-        raise DataError("no training data: set data.train (a .tsv or .jsonl file, optionally .gz)")
-    files = [resolve_path(p) for p in (d.train, d.valid, d.test) if p]
-    for f in files:
-        if not f.is_file():
-            raise DataError(f"{f}: no such file")
-    digests = {str(f): file_digest(f) for f in files}
-    key = hashlib.sha256(json.dumps([dataclasses.asdict(d), config.head.pooling, config.train.seed]).encode()
-                         + "".join(digests.values()).encode()).hexdigest()[:16]
-    summary_path = out_dir / "summary.json"
-    cached = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    if cached.get("cache_key") == key:
-        log(f"data: reusing the cache in {out_dir} (key {key})")
-        return Tokenizer(out_dir / "tokenizer.model"), cached["labels"], cached
-    if cached and frozen:
-        raise DataError(f"{changed_inputs(cached, digests)} since this run prepared its data in {out_dir}; "
-                        "the model was trained on that data: restore it, or train into a new --out")
     texts, labels, _ = read_labelled(d.train, d)
     classes = sorted(set(labels))
     if len(classes) < 2:
@@ -231,11 +218,61 @@ def prepare_classification(config: ClassifierRunConfig, out_dir: Path, log=print
         splits["train"] = ([texts[i] for i in order[n_valid:]], [labels[i] for i in order[n_valid:]])
     if d.test:
         splits["test"] = read_labelled(d.test, d)[:2]
+    return splits, classes
+
+
+def _cache_key(config: ClassifierRunConfig) -> tuple[str, dict[str, str]]:
+    """The data cache's key (options and the input files' contents) and each input file's digest."""
+    d = config.data
+    if not d.train:
+        raise DataError("no training data: set data.train (a .tsv or .jsonl file, optionally .gz)")
+    files = [resolve_path(p) for p in (d.train, d.valid, d.test) if p]
+    for f in files:
+        if not f.is_file():
+            raise DataError(f"{f}: no such file")
+    digests = {str(f): file_digest(f) for f in files}
+    options = json.dumps([dataclasses.asdict(d), config.head.pooling, config.train.seed]).encode()
+    return hashlib.sha256(options + "".join(digests.values()).encode()).hexdigest()[:16], digests
+
+
+def prepare_classification(
+    config: ClassifierRunConfig, out_dir: Path, log=print, frozen: bool = False
+) -> tuple[Tokenizer, list[str], dict]:
+    """Train the vocabulary, map labels to ids, encode train/valid(/test); cached like translation data.
+
+    `frozen` (a run being resumed): a cache whose inputs changed is refused, naming the file, not prepared again.
+    """
+    from ..data import changed_inputs
+
+    d = config.data
+    key, digests = _cache_key(config)
+    summary_path = out_dir / "summary.json"
+    cached = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    if cached.get("cache_key") == key:
+        log(f"data: reusing the cache in {out_dir} (key {key})")
+        return Tokenizer(out_dir / "tokenizer.model"), cached["labels"], cached
+    if cached and frozen:
+        raise DataError(
+            f"{changed_inputs(cached, digests)} since this run prepared its data in {out_dir}; "
+            "the model was trained on that data: restore it, or train into a new --out"
+        )
+    splits, classes = _labelled_splits(config)
     with atomic_folder(out_dir, "data") as tmp:
-        tokenizer = Tokenizer.train(iter(splits["train"][0]), tmp / "tokenizer.model", vocab_size=d.vocab_size,
-                                    model_type=d.model_type, lowercase=d.lowercase, max_sentences=200_000)
-        summary = {"cache_key": key, "inputs": digests, "labels": classes, "vocab_size": tokenizer.vocab_size,
-                   "splits": {}}
+        tokenizer = Tokenizer.train(
+            iter(splits["train"][0]),
+            tmp / "tokenizer.model",
+            vocab_size=d.vocab_size,
+            model_type=d.model_type,
+            lowercase=d.lowercase,
+            max_sentences=200_000,
+        )
+        summary: dict[str, Any] = {  # summary.json
+            "cache_key": key,
+            "inputs": digests,
+            "labels": classes,
+            "vocab_size": tokenizer.vocab_size,
+            "splits": {},
+        }
         index = {c: i for i, c in enumerate(classes)}
         for name, (split_texts, split_labels) in splits.items():
             unknown = sorted(set(split_labels) - set(index))
@@ -244,11 +281,17 @@ def prepare_classification(config: ClassifierRunConfig, out_dir: Path, log=print
             tokens = encode_texts(tokenizer, split_texts, d, cls=config.head.pooling == "cls")
             tokens.save(tmp / name)
             np.save(tmp / f"{name}.labels.npy", np.array([index[x] for x in split_labels]), allow_pickle=False)
-            summary["splits"][name] = {"rows": len(split_texts), "tokens": int(tokens.offsets[-1]),
-                                       "per_label": {c: split_labels.count(c) for c in classes}}
+            summary["splits"][name] = {
+                "rows": len(split_texts),
+                "tokens": int(tokens.offsets[-1]),
+                "per_label": {c: split_labels.count(c) for c in classes},
+            }
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    log("data: " + ", ".join(f"{k} {v['rows']:,} rows" for k, v in summary["splits"].items())
-        + f"; labels {classes}; vocabulary {tokenizer.vocab_size}")
+    log(
+        "data: "
+        + ", ".join(f"{k} {v['rows']:,} rows" for k, v in summary["splits"].items())
+        + f"; labels {classes}; vocabulary {tokenizer.vocab_size}"
+    )
     return Tokenizer(out_dir / "tokenizer.model"), classes, summary
 
 
@@ -263,8 +306,13 @@ def collate_labelled(split: LabelledSplit, indices: np.ndarray, *, pad_to: int |
     for row, i in enumerate(indices):
         seq = split.tokens[i]
         tokens[row, : len(seq)] = seq
-    return ClassBatch(torch.from_numpy(tokens), torch.from_numpy(split.labels[indices].astype(np.int64)),
-                      n_tokens=len(indices), n_real=int(lengths.sum()), n_padded=tokens.size)
+    return ClassBatch(
+        torch.from_numpy(tokens),
+        torch.from_numpy(split.labels[indices].astype(np.int64)),
+        n_tokens=len(indices),
+        n_real=int(lengths.sum()),
+        n_padded=tokens.size,
+    )
 
 
 class ClassificationTask:
@@ -272,13 +320,22 @@ class ClassificationTask:
 
     name: ClassVar[str] = "classification"
     config_class: ClassVar[type] = ClassifierRunConfig
-    metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False),
-                                                      "accuracy": ("valid_accuracy", True)}
+    metrics: ClassVar[dict[str, tuple[str, bool]]] = {
+        "loss": ("valid_loss", False),
+        "accuracy": ("valid_accuracy", True),
+    }
     unit: ClassVar[str] = "examples"
 
     @classmethod
-    def prepare(cls, config: ClassifierRunConfig, run_dir: Path, *, main: bool, log: Callable[[str], None],
-                barrier: Callable[[], None]) -> ClassificationTask:
+    def prepare(
+        cls,
+        config: ClassifierRunConfig,
+        run_dir: Path,
+        *,
+        main: bool,
+        log: Callable[[str], None],
+        barrier: Callable[[], None],
+    ) -> ClassificationTask:
         """Check a resumed run's settings, prepare the data (rank 0, then the others read its cache), fill in the
         vocabulary size and the classes, write config.json and the tokenizer."""
         saved = run_dir / "config.json"
@@ -290,12 +347,16 @@ class ClassificationTask:
         barrier()
         tokenizer, classes, _ = prepare_classification(config, run_dir / "data", log=lambda _: None, frozen=True)
         if config.model.vocab_size and config.model.vocab_size != tokenizer.vocab_size:
-            raise ConfigError(f"model.vocab_size is {config.model.vocab_size} but the tokenizer has "
-                              f"{tokenizer.vocab_size} pieces")
+            raise ConfigError(
+                f"model.vocab_size is {config.model.vocab_size} but the tokenizer has {tokenizer.vocab_size} pieces"
+            )
         config = dataclasses.replace(
-            config, model=dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size,
-                                              max_len=max(config.model.max_len, config.data.max_len)),
-            head=dataclasses.replace(config.head, n_classes=len(classes)))
+            config,
+            model=dataclasses.replace(
+                config.model, vocab_size=tokenizer.vocab_size, max_len=max(config.model.max_len, config.data.max_len)
+            ),
+            head=dataclasses.replace(config.head, n_classes=len(classes)),
+        )
         if main:
             save_config(config, saved)
             tokenizer.copy_to(run_dir / "tokenizer.model")
@@ -318,8 +379,7 @@ class ClassificationTask:
         return TransformerClassifier(self.config.model, self.config.head, max_len=self.config.data.max_len)
 
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
-        lengths = np.full(len(self.train_split.labels), self.pad_to) if self.pad_to else \
-            self.train_split.tokens.lengths
+        lengths = np.full(len(self.train_split.labels), self.pad_to) if self.pad_to else self.train_split.tokens.lengths
         return make_batches(lengths, np.ones_like(lengths), max_tokens=max_tokens, seed=seed, epoch=epoch)
 
     def collate(self, indices: np.ndarray) -> ClassBatch:
@@ -329,23 +389,27 @@ class ClassificationTask:
         with autocast():
             logits = net(batch.tokens)
         logits = logits.float()
-        loss = F.cross_entropy(logits, batch.labels, reduction="sum",
-                               label_smoothing=self.config.train.label_smoothing)
+        loss = F.cross_entropy(logits, batch.labels, reduction="sum", label_smoothing=self.config.train.label_smoothing)
         return loss, F.cross_entropy(logits, batch.labels, reduction="sum")
 
     def check(self) -> None:
         """Token sequences were cut to data.max_len at preparation and model.max_len was raised to fit them."""
         longest = int(self.train_split.tokens.lengths.max(initial=0))
         if longest > self.config.model.max_len:
-            raise ConfigError(f"the prepared training data has {longest} tokens per row, more than "
-                              f"model.max_len {self.config.model.max_len}")
+            raise ConfigError(
+                f"the prepared training data has {longest} tokens per row, more than "
+                f"model.max_len {self.config.model.max_len}"
+            )
 
     @torch.no_grad()
     def validate(self, model, device: torch.device) -> dict:
-        logits, labels = predict_split(model, self.valid_split, device, max_tokens=self.config.train.max_tokens,
-                                       pad_to=self.pad_to)
-        return {"valid_loss": F.cross_entropy(logits, labels).item(),
-                "valid_accuracy": (logits.argmax(-1) == labels).float().mean().item()}
+        logits, labels = predict_split(
+            model, self.valid_split, device, max_tokens=self.config.train.max_tokens, pad_to=self.pad_to
+        )
+        return {
+            "valid_loss": F.cross_entropy(logits, labels).item(),
+            "valid_accuracy": (logits.argmax(-1) == labels).float().mean().item(),
+        }
 
 
 @torch.no_grad()
@@ -355,8 +419,7 @@ def predict_split(model, split: LabelledSplit, device, *, max_tokens: int, pad_t
     model.eval()
     lengths = np.full(len(split.labels), pad_to) if pad_to else split.tokens.lengths
     out = torch.empty(len(split.labels), model.head_config.n_classes)
-    for indices in make_batches(lengths, np.ones_like(lengths), max_tokens=max_tokens, seed=0, epoch=0,
-                                shuffle=False):
+    for indices in make_batches(lengths, np.ones_like(lengths), max_tokens=max_tokens, seed=0, epoch=0, shuffle=False):
         batch = collate_labelled(split, indices, pad_to=pad_to).to(device)
         out[torch.from_numpy(indices)] = model(batch.tokens).float().cpu()
     model.train(was_training)
@@ -373,22 +436,30 @@ def train_classifier(config: ClassifierRunConfig, run_dir: str | Path, *, quiet:
 def _same_classifier_run(old: ClassifierRunConfig, new: ClassifierRunConfig) -> None:
     for section in ("model", "head", "data"):
         a, b = dataclasses.asdict(getattr(old, section)), dataclasses.asdict(getattr(new, section))
-        changed = [k for k in a if a[k] != b[k] and not (k in ("vocab_size", "n_classes", "max_len") and not b[k])
-                   and not (section == "model" and k == "max_len")]
+        changed = [
+            k
+            for k in a
+            if a[k] != b[k]
+            and not (k in ("vocab_size", "n_classes", "max_len") and not b[k])
+            and not (section == "model" and k == "max_len")
+        ]
         if changed:
-            raise ConfigError(f"this run directory was started with different {section} settings "
-                              f"({', '.join(changed)}); use a new --out")
+            raise ConfigError(
+                f"this run directory was started with different {section} settings "
+                f"({', '.join(changed)}); use a new --out"
+            )
 
 
 class Classifier:
     """A trained classifier: raw texts in, labels (and probabilities) out, in input order."""
 
-    def __init__(self, model: TransformerClassifier, tokenizer: Tokenizer, labels: list[str],
-                 config: ClassifierRunConfig) -> None:
+    def __init__(
+        self, model: TransformerClassifier, tokenizer: Tokenizer, labels: list[str], config: ClassifierRunConfig
+    ) -> None:
         self.model, self.tokenizer, self.labels, self.config = model, tokenizer, labels, config
 
     @classmethod
-    def from_run(cls, path: str | Path, *, device: str = "auto") -> "Classifier":
+    def from_run(cls, path: str | Path, *, device: str = "auto") -> Classifier:
         run_dir, weights = find_weights(path)
         config = read_config(run_dir / "config.json", ClassifierRunConfig)
         model = TransformerClassifier(config.model, config.head, max_len=config.data.max_len)
@@ -421,12 +492,18 @@ def classification_report(gold: list[int], predicted: list[int], labels: list[st
     recall = tp / np.maximum(confusion.sum(1), 1)
     f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
     width = max(8, *(len(x) for x in labels))
-    lines = [f"accuracy: {tp.sum() / max(1, confusion.sum()):.4f} ({int(tp.sum())} of {confusion.sum()})", "",
-             f"{'label':<{width}}  precision  recall      f1  support"]
+    lines = [
+        f"accuracy: {tp.sum() / max(1, confusion.sum()):.4f} ({int(tp.sum())} of {confusion.sum()})",
+        "",
+        f"{'label':<{width}}  precision  recall      f1  support",
+    ]
     for i, label in enumerate(labels):
         lines.append(f"{label:<{width}}  {precision[i]:9.4f}  {recall[i]:6.4f}  {f1[i]:6.4f}  {confusion[i].sum():7d}")
-    lines += ["", "confusion matrix (rows: gold, columns: predicted)",
-              " " * width + "  " + "  ".join(f"{x:>{width}}" for x in labels)]
+    lines += [
+        "",
+        "confusion matrix (rows: gold, columns: predicted)",
+        " " * width + "  " + "  ".join(f"{x:>{width}}" for x in labels),
+    ]
     for i, label in enumerate(labels):
         lines.append(f"{label:<{width}}  " + "  ".join(f"{v:>{width}d}" for v in confusion[i]))
     return "\n".join(lines)
@@ -438,8 +515,9 @@ def evaluate_file(classifier: Classifier, path: str, out=sys.stdout) -> float:
     index = {c: i for i, c in enumerate(classifier.labels)}
     for label, number in zip(gold, numbers):
         if label not in index:
-            raise DataError(f"{path}:{number}: label {label!r} is not one the model knows "
-                            f"({', '.join(classifier.labels)})")
+            raise DataError(
+                f"{path}:{number}: label {label!r} is not one the model knows ({', '.join(classifier.labels)})"
+            )
     predicted = classifier.predict_proba(texts).argmax(-1).tolist()
     print(classification_report([index[g] for g in gold], predicted, classifier.labels), file=out)
     return float(np.mean([index[g] == p for g, p in zip(gold, predicted)]))

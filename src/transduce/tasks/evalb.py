@@ -64,7 +64,10 @@ class Params:
 
 # EVALB's COLLINS.prm, the standard setting of published WSJ results (comments dropped, settings in file order).
 COLLINS = Params(
-    debug=0, max_error=10, cutoff_len=40, labeled=True,
+    debug=0,
+    max_error=10,
+    cutoff_len=40,
+    labeled=True,
     delete_labels=("TOP", "-NONE-", ",", ":", "``", "''", "."),
     delete_labels_for_length=("-NONE-",),
     eq_labels=(("ADVP", "PRT"),),
@@ -83,8 +86,9 @@ def read_params(path: str | Path) -> Params:
     """Parameters from an EVALB .prm file: one `KEYWORD value` per line; lines starting with '#' and lines shorter
     than 3 characters are ignored (EVALB's rules). Unknown keywords and malformed values are refused (EVALB only
     warns, which would let a misspelt DELETE_LABEL change scores silently)."""
-    values: dict[str, object] = {}
-    lists: dict[str, list] = {"DELETE_LABEL": [], "DELETE_LABEL_FOR_LENGTH": [], "EQ_LABEL": [], "EQ_WORD": []}
+    values: dict[str, int] = {}
+    lists: dict[str, list[str]] = {"DELETE_LABEL": [], "DELETE_LABEL_FOR_LENGTH": []}
+    pairs: dict[str, list[tuple[str, str]]] = {"EQ_LABEL": [], "EQ_WORD": []}
     for number, text in read_lines(path):
         text = text.rstrip()
         if text.startswith("#") or len(text) < 3:
@@ -101,24 +105,33 @@ def read_params(path: str | Path) -> Params:
             if not re.fullmatch(r"[+-]?\d+", value.strip()):
                 raise fail(f"{key} needs a whole number, not {value!r}")
             values[_INT_KEYS[key]] = int(value)
-        elif key in ("EQ_LABEL", "EQ_WORD"):
+        elif key in pairs:
             pair = value.split()
             if len(pair) != 2:
                 raise fail(f"{key} needs two values, not {len(pair)}")
-            lists[key].append(tuple(pair))
+            pairs[key].append((pair[0], pair[1]))
         elif key in lists:
             lists[key].append(value)
         else:
-            raise fail(f"unknown keyword {key!r} (DEBUG, MAX_ERROR, CUTOFF_LEN, LABELED, DELETE_LABEL, "
-                       "DELETE_LABEL_FOR_LENGTH, EQ_LABEL, EQ_WORD)")
-    if "labeled" in values:
-        values["labeled"] = values["labeled"] != 0
-    return Params(**values, delete_labels=tuple(lists["DELETE_LABEL"]),  # type: ignore[arg-type]
-                  delete_labels_for_length=tuple(lists["DELETE_LABEL_FOR_LENGTH"]),
-                  eq_labels=tuple(lists["EQ_LABEL"]), eq_words=tuple(lists["EQ_WORD"]))
+            raise fail(
+                f"unknown keyword {key!r} (DEBUG, MAX_ERROR, CUTOFF_LEN, LABELED, DELETE_LABEL, "
+                "DELETE_LABEL_FOR_LENGTH, EQ_LABEL, EQ_WORD)"
+            )
+    defaults = Params()
+    return Params(
+        debug=values.get("debug", defaults.debug),
+        max_error=values.get("max_error", defaults.max_error),
+        cutoff_len=values.get("cutoff_len", defaults.cutoff_len),
+        labeled=values["labeled"] != 0 if "labeled" in values else defaults.labeled,
+        delete_labels=tuple(lists["DELETE_LABEL"]),
+        delete_labels_for_length=tuple(lists["DELETE_LABEL_FOR_LENGTH"]),
+        eq_labels=tuple(pairs["EQ_LABEL"]),
+        eq_words=tuple(pairs["EQ_WORD"]),
+    )
 
 
 # --------------------------------------------------------------------------------------------------------- scoring
+
 
 @dataclass
 class _Side:
@@ -220,8 +233,9 @@ class SentenceScore:
         return 100.0 * self.correct_tags / self.words if self.words else 0.0
 
 
-def score_sentence(ident: int, gold: Sentence, test: Sentence, params: Params, *,
-                   strict: bool = False) -> SentenceScore:
+def score_sentence(
+    ident: int, gold: Sentence, test: Sentence, params: Params, *, strict: bool = False
+) -> SentenceScore:
     """Score one sentence (`ident` is its row number). An unreadable gold sentence is the caller's error."""
     if isinstance(gold, TreeError):
         raise gold
@@ -233,8 +247,17 @@ def score_sentence(ident: int, gold: Sentence, test: Sentence, params: Params, *
         status = ERROR
     else:
         correct = sum(map(params.label_equal, g.tags, t.tags))
-        return SentenceScore(ident, g.length, OK, _match(g.brackets, t.brackets, params), len(g.brackets),
-                             len(t.brackets), _crossing(g.brackets, t.brackets), len(g.words), correct)
+        return SentenceScore(
+            ident,
+            g.length,
+            OK,
+            _match(g.brackets, t.brackets, params),
+            len(g.brackets),
+            len(t.brackets),
+            _crossing(g.brackets, t.brackets),
+            len(g.words),
+            correct,
+        )
     # Not scored: EVALB shows zeros (and, in its 1997 program, the gold word count); strict mode keeps the counts.
     gold_n = len(g.brackets) if strict else 0
     test_n = len(t.brackets) if strict and t is not None else 0
@@ -328,8 +351,9 @@ class Result:
         return self.all.fmeasure
 
 
-def score_corpus(gold_trees: Sequence[Sentence], test_trees: Sequence[Sentence], params: Params | None = None,
-                 strict: bool = False) -> Result:
+def score_corpus(
+    gold_trees: Sequence[Sentence], test_trees: Sequence[Sentence], params: Params | None = None, strict: bool = False
+) -> Result:
     """Score parallel sequences of gold and test sentences as EVALB does (params default: `default_params()`).
 
     Raises TreeError when the sequences differ in length, or (not strict) after MAX_ERROR + 1 error sentences, where
@@ -345,35 +369,44 @@ def score_corpus(gold_trees: Sequence[Sentence], test_trees: Sequence[Sentence],
         if row.length <= params.cutoff_len:
             result.short.add(row, strict=strict)
         if not strict and result.all.errors > params.max_error + 1:
-            raise TreeError(f"sentence {ident}: more than {params.max_error + 1} error sentences (words or length "
-                            f"differ from the gold); EVALB stops here (MAX_ERROR {params.max_error})")
+            raise TreeError(
+                f"sentence {ident}: more than {params.max_error + 1} error sentences (words or length "
+                f"differ from the gold); EVALB stops here (MAX_ERROR {params.max_error})"
+            )
     return result
 
 
 # -------------------------------------------------------------------------------------------------------- report
 
-_HEADER = ("  Sent.                        Matched  Bracket   Cross        Correct Tag\n"
-           " ID  Len.  Stat. Recal  Prec.  Bracket gold test Bracket Words  Tags Accracy\n")
+_HEADER = (
+    "  Sent.                        Matched  Bracket   Cross        Correct Tag\n"
+    " ID  Len.  Stat. Recal  Prec.  Bracket gold test Bracket Words  Tags Accracy\n"
+)
 _RULE = "=" * 76
 
 
 def _row(r: SentenceScore) -> str:
-    return (f"{r.id:4d}  {r.length:3d}    {r.status:d}  {r.recall:6.2f} {r.precision:6.2f}   {r.matched:3d}    "
-            f"{r.gold_brackets:3d}  {r.test_brackets:3d}    {r.crossing:3d}   {r.words:4d}  {r.correct_tags:4d}   "
-            f"{r.tag_accuracy:6.2f}")
+    return (
+        f"{r.id:4d}  {r.length:3d}    {r.status:d}  {r.recall:6.2f} {r.precision:6.2f}   {r.matched:3d}    "
+        f"{r.gold_brackets:3d}  {r.test_brackets:3d}    {r.crossing:3d}   {r.words:4d}  {r.correct_tags:4d}   "
+        f"{r.tag_accuracy:6.2f}"
+    )
 
 
 def _totals_row(s: Summary) -> str:
     brackets = ""
     if s.gold_brackets > 0 and s.test_brackets > 0:  # EVALB leaves the bracket columns blank otherwise
-        brackets = (f"                {s.recall:6.2f} {s.precision:6.2f} {s.matched:6d} {s.gold_brackets:5d} "
-                    f"{s.test_brackets:5d}  {s.crossing:5d}")
+        brackets = (
+            f"                {s.recall:6.2f} {s.precision:6.2f} {s.matched:6d} {s.gold_brackets:5d} "
+            f"{s.test_brackets:5d}  {s.crossing:5d}"
+        )
     return brackets + f"  {s.words:5d} {s.correct_tags:5d}   {s.tagging_accuracy:6.2f}"
 
 
 def _summary_block(title: str, s: Summary) -> list[str]:
     return [
-        "", f"-- {title} --",
+        "",
+        f"-- {title} --",
         f"Number of sentence        = {s.sentences:6d}",
         f"Number of Error sentence  = {s.errors:6d}",
         f"Number of Skip  sentence  = {s.skipped:6d}",
@@ -404,6 +437,7 @@ def format_report(result: Result, per_sentence: bool = False) -> str:
 
 
 # ------------------------------------------------------------------------------------------- files and gold tags
+
 
 def put_gold_tags(test: Tree, gold: Tree) -> Tree:
     """`test` with its POS tags replaced by the gold tags: the usual published setting, where a parser is scored on
@@ -443,14 +477,20 @@ def read_sentences(path: str | Path, *, gold: bool) -> list[Sentence]:
     return sentences
 
 
-def evalb_command(gold_path: str | Path, test_path: str | Path, params_path: str | Path | None = None,
-                  strict: bool = False, per_sentence: bool = False) -> str:
+def evalb_command(
+    gold_path: str | Path,
+    test_path: str | Path,
+    params_path: str | Path | None = None,
+    strict: bool = False,
+    per_sentence: bool = False,
+) -> str:
     """`transduce evalb GOLD TEST [--params FILE] [--strict] [--per-sentence]`: the report, as text. Without
     `params_path` the parameters are `default_params()` (COLLINS.prm plus DELETE_LABEL ROOT)."""
     params = read_params(params_path) if params_path is not None else default_params()
     gold = read_sentences(gold_path, gold=True)
     test = read_sentences(test_path, gold=False)
     if len(gold) != len(test):
-        raise TreeError(f"{gold_path} has {len(gold)} lines but {test_path} has {len(test)}; EVALB pairs them "
-                        "line by line")
+        raise TreeError(
+            f"{gold_path} has {len(gold)} lines but {test_path} has {len(test)}; EVALB pairs them line by line"
+        )
     return format_report(score_corpus(gold, test, params, strict=strict), per_sentence=per_sentence)

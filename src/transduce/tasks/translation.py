@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -20,42 +20,120 @@ from ..decoding.translator import Translator
 from ..metrics import score
 from ..model import Transformer
 from ..training.loss import label_smoothed_nll
+from .base import same_run
 
 
-class TranslationTask:
+class SequenceTask:
+    """What translation and parsing share: a ParallelCorpus of token ids (source + EOS, BOS + target), the
+    encoder-decoder Transformer, token-count batches, the label-smoothed loss over target tokens, and the
+    validation loss. Subclasses add their data, their validation score and their predictor."""
+
+    unit: ClassVar[str] = "target tokens"  # what the loss is normalised by (Batch.n_tokens)
+    config: Any
+    corpus: ParallelCorpus
+    splits: dict[str, ParallelCorpus]
+
+    def check(self) -> None:
+        """Every training and validation pair must fit the model's positions (+1 for EOS on the source side and
+        BOS on the decoder input)."""
+        limit = self.config.model.max_len
+        for name in ("train", "valid"):
+            corpus = self.splits.get(name)
+            if corpus is None or not len(corpus):
+                continue
+            longest = int(max(corpus.src_lengths.max(), corpus.tgt_lengths.max()))
+            if longest > limit:
+                raise ConfigError(
+                    f"the prepared {name} split has a sequence of {longest - 1} tokens, but "
+                    f"model.max_len is {limit} positions (tokens + 1); set data.max_len to at most "
+                    f"{limit - 1} or raise model.max_len"
+                )
+
+    def build_model(self) -> Transformer:
+        return Transformer(self.config.model)
+
+    def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+        return make_batches(
+            self.corpus.src_lengths, self.corpus.tgt_lengths, max_tokens=max_tokens, seed=seed, epoch=epoch
+        )
+
+    def collate(self, indices: np.ndarray) -> Batch:
+        return collate(self.corpus, indices)
+
+    def loss(
+        self, net, batch: Batch, autocast: Callable[[], AbstractContextManager]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(label-smoothed loss, nll), summed over the batch's target tokens (batch.n_tokens of them)."""
+        with autocast():
+            logits = net(batch.src, batch.tgt_in, batch.positions)  # (n_tokens, V): padding never projected
+        # the logits are consumed here, before the next forward: the loss may turn them into their gradient
+        return label_smoothed_nll(
+            logits,
+            batch.target,
+            eps=self.config.train.label_smoothing,
+            pad_id=self.config.model.pad_id,
+            reuse_logits=True,
+        )
+
+    @torch.no_grad()
+    def validation_loss(self, model: Transformer, device: torch.device) -> dict[str, float]:
+        """Loss, nll and perplexity per target token on the whole valid split (real target positions only)."""
+        corpus, train = self.splits["valid"], self.config.train
+        loss_sum = nll_sum = tokens = 0.0
+        for indices in make_batches(
+            corpus.src_lengths, corpus.tgt_lengths, max_tokens=train.max_tokens, seed=0, epoch=0, shuffle=False
+        ):
+            batch = collate(corpus, indices).to(device)
+            logits = model(batch.src, batch.tgt_in, batch.positions)
+            loss, nll = label_smoothed_nll(
+                logits, batch.target, eps=train.label_smoothing, pad_id=self.config.model.pad_id
+            )
+            loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + batch.n_tokens
+        return {
+            "valid_loss": loss_sum / tokens,
+            "valid_nll": nll_sum / tokens,
+            "valid_ppl": math.exp(min(nll_sum / tokens, 50.0)),
+        }
+
+
+class TranslationTask(SequenceTask):
     """Batches of sentence pairs by token count, the label-smoothed loss, validation loss and BLEU."""
 
     name: ClassVar[str] = "translation"
     config_class: ClassVar[type] = Config
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "bleu": ("valid_bleu", True)}
-    unit: ClassVar[str] = "target tokens"  # what the loss is normalised by (Batch.n_tokens)
 
     def __init__(self, config: Config, data: Prepared) -> None:
         self.config, self.data = config, data
+        self.splits = data.splits
         self.corpus: ParallelCorpus = data.splits["train"]
         self.has_validation = "valid" in data.splits
         self.description = f"{len(self.corpus):,} training pairs"
 
     @classmethod
-    def prepare(cls, config: Config, run_dir: Path, *, main: bool, log: Callable[[str], None],
-                barrier: Callable[[], None]) -> TranslationTask:
+    def prepare(
+        cls, config: Config, run_dir: Path, *, main: bool, log: Callable[[str], None], barrier: Callable[[], None]
+    ) -> TranslationTask:
         """Check config.json against a run being resumed, prepare the data (rank 0 first), copy the tokenizer.
 
         Once a run has its tokenizer, its data is frozen: inputs whose contents changed are refused."""
         config_path = run_dir / "config.json"
         if config_path.is_file():
-            _same_run(read_config(config_path), config)
+            same_run(read_config(config_path, Config), config)
         frozen = (run_dir / "tokenizer.model").is_file()
         if main:
             prepare(config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=log, frozen=frozen)
         barrier()
-        data = prepare(config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=lambda _: None,
-                       frozen=True)
+        data = prepare(
+            config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=lambda _: None, frozen=True
+        )
         vocab = data.tokenizer.vocab_size
         if config.model.vocab_size and config.model.vocab_size != vocab:
-            raise ConfigError(f"model.vocab_size is {config.model.vocab_size} but the tokenizer in "
-                              f"{run_dir / 'data'} has {vocab} pieces; leave model.vocab_size unset (0) or make "
-                              "them equal")
+            raise ConfigError(
+                f"model.vocab_size is {config.model.vocab_size} but the tokenizer in "
+                f"{run_dir / 'data'} has {vocab} pieces; leave model.vocab_size unset (0) or make "
+                "them equal"
+            )
         config = config.replace(model=dataclasses.replace(config.model, vocab_size=vocab))
         if main:
             save_config(config, config_path)
@@ -63,56 +141,13 @@ class TranslationTask:
                 data.tokenizer.copy_to(run_dir / "tokenizer.model")
         return cls(config, data)
 
-    def check(self) -> None:
-        """Every training and validation pair must fit the model's positions (+1 for EOS on the source side and
-        BOS on the decoder input)."""
-        limit = self.config.model.max_len
-        for name in ("train", "valid"):
-            corpus = self.data.splits.get(name)
-            if corpus is None or not len(corpus):
-                continue
-            longest = int(max(corpus.src_lengths.max(), corpus.tgt_lengths.max()))
-            if longest > limit:
-                raise ConfigError(f"the prepared {name} split has a sentence of {longest - 1} tokens, but "
-                                  f"model.max_len is {limit} positions (tokens + 1); set data.max_len to at most "
-                                  f"{limit - 1} or raise model.max_len")
-
-    def build_model(self) -> Transformer:
-        return Transformer(self.config.model)
-
-    def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
-        return make_batches(self.corpus.src_lengths, self.corpus.tgt_lengths, max_tokens=max_tokens, seed=seed,
-                            epoch=epoch)
-
-    def collate(self, indices: np.ndarray) -> Batch:
-        return collate(self.corpus, indices)
-
-    def loss(self, net, batch: Batch, autocast: Callable[[], AbstractContextManager]
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(label-smoothed loss, nll), summed over the batch's target tokens (batch.n_tokens of them)."""
-        with autocast():
-            logits = net(batch.src, batch.tgt_in, batch.positions)  # (n_tokens, V): padding never projected
-        # the logits are consumed here, before the next forward: the loss may turn them into their gradient
-        return label_smoothed_nll(logits, batch.target, eps=self.config.train.label_smoothing,
-                                  pad_id=self.config.model.pad_id, reuse_logits=True)
-
     @torch.no_grad()
     def validate(self, model: Transformer, device: torch.device) -> dict[str, float]:
         """Loss and perplexity on the whole valid split; BLEU on its first train.valid_max_sentences sentences,
         decoded by the same Translator that `transduce translate` uses."""
         was_training, config = model.training, self.config
         model.eval()
-        corpus = self.data.splits["valid"]
-        loss_sum = nll_sum = tokens = 0.0
-        for indices in make_batches(corpus.src_lengths, corpus.tgt_lengths, max_tokens=config.train.max_tokens,
-                                    seed=0, epoch=0, shuffle=False):
-            batch = collate(corpus, indices).to(device)
-            logits = model(batch.src, batch.tgt_in, batch.positions)  # real target positions only, as in training
-            loss, nll = label_smoothed_nll(logits, batch.target, eps=config.train.label_smoothing,
-                                           pad_id=config.model.pad_id)
-            loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + batch.n_tokens
-        result = {"valid_loss": loss_sum / tokens, "valid_nll": nll_sum / tokens,
-                  "valid_ppl": math.exp(min(nll_sum / tokens, 50.0))}
+        result = self.validation_loss(model, device)
         if config.train.valid_bleu:
             sources, references = self.data.texts("valid")
             n = config.train.valid_max_sentences
@@ -123,16 +158,3 @@ class TranslationTask:
 
     def predictor(self, model: Transformer) -> Translator:
         return Translator(model, self.data.tokenizer, decode=self.config.decode)
-
-
-def _same_run(saved: Config, new: Config) -> None:
-    """Resuming: the model and the data must be the ones the run was started with; train/decode may change."""
-    for section in ("model", "data"):
-        a, b = dataclasses.asdict(getattr(saved, section)), dataclasses.asdict(getattr(new, section))
-        if section == "model" and not b["vocab_size"]:
-            b["vocab_size"] = a["vocab_size"]
-        changed = [k for k in a if a[k] != b[k]]
-        if changed:
-            raise ConfigError(f"this run directory was started with different {section} settings "
-                              f"({', '.join(f'{section}.{k}: {a[k]!r} -> {b[k]!r}' for k in changed)}); "
-                              "use a new --out to train a different model")

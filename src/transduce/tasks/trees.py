@@ -77,6 +77,7 @@ class Tree:
 
 # ---------------------------------------------------------------------------------------------------------- reading
 
+
 def parse_trees(text: str, *, source: str = "<string>", line: int = 1, allow_empty: bool = False) -> list[Tree]:
     """All top-level trees in `text` (usually one). `line` is the line number where `text` starts in `source`.
 
@@ -97,8 +98,11 @@ def parse_trees(text: str, *, source: str = "<string>", line: int = 1, allow_emp
             if stack:
                 parent = stack[-1]
                 if parent.children and isinstance(parent.children[0], str):
-                    raise fail(f"word {parent.children[0]!r} outside a preterminal: ({parent.label} ...) also holds "
-                               "a constituent; each word needs its own (TAG word) bracket", pos)
+                    raise fail(
+                        f"word {parent.children[0]!r} outside a preterminal: ({parent.label} ...) also holds "
+                        "a constituent; each word needs its own (TAG word) bracket",
+                        pos,
+                    )
                 parent.children.append(node)
             else:
                 tree_start = pos
@@ -108,8 +112,10 @@ def parse_trees(text: str, *, source: str = "<string>", line: int = 1, allow_emp
                 raise fail("unbalanced brackets: ')' closes nothing", pos)
             node = stack.pop()
             if not node.children and not allow_empty:
-                raise fail(f"empty tree ({node.label})" if not stack else
-                           f"empty constituent ({node.label}): it has no words", pos)
+                raise fail(
+                    f"empty tree ({node.label})" if not stack else f"empty constituent ({node.label}): it has no words",
+                    pos,
+                )
             if not stack:
                 roots.append(node)
         else:
@@ -117,8 +123,11 @@ def parse_trees(text: str, *, source: str = "<string>", line: int = 1, allow_emp
                 raise fail(f"word {tok!r} outside any bracket", pos)
             parent = stack[-1]
             if parent.children:
-                raise fail(f"word {tok!r} outside a preterminal: ({parent.label} ...) already has a child; "
-                           "each word needs its own (TAG word) bracket", pos)
+                raise fail(
+                    f"word {tok!r} outside a preterminal: ({parent.label} ...) already has a child; "
+                    "each word needs its own (TAG word) bracket",
+                    pos,
+                )
             parent.children.append(tok)
     if stack:
         raise fail(f"unbalanced brackets: {len(stack)} bracket(s) still open at the end of the tree", tree_start)
@@ -175,8 +184,7 @@ def read_trees(path: str | Path, *, normalized: bool = False) -> list[Tree]:
     for start, text in _tree_chunks(path):
         found = parse_trees(text, source=str(path), line=start)
         if len(found) != 1:
-            raise TreeError(f"{len(found)} trees on one line; expected one tree per line", source=str(path),
-                            line=start)
+            raise TreeError(f"{len(found)} trees on one line; expected one tree per line", source=str(path), line=start)
         try:
             trees.append(normalize(found[0]) if normalized else found[0])
         except TreeError as e:
@@ -187,6 +195,7 @@ def read_trees(path: str | Path, *, normalized: bool = False) -> list[Tree]:
 
 
 # ------------------------------------------------------------------------------------------------------- writing
+
 
 def escape_word(word: str) -> str:
     """A raw word in the treebank's form: round brackets become -LRB- / -RRB- (Penn Treebank convention)."""
@@ -233,6 +242,7 @@ def tags(tree: Tree) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------- normalization
 
+
 def strip_function_tags(label: str) -> str:
     """NP-SBJ-1 -> NP, NP=2 -> NP, S-TPC-2 -> S: the category before the first '-' or '='. Labels that begin with
     '-' are whole symbols (-NONE-, -LRB-, -RRB-) and stay as they are."""
@@ -246,7 +256,9 @@ def _strip(node: Tree) -> Tree | None:
     tags; None when nothing is left."""
     if node.is_preterminal:
         return None if node.label == "-NONE-" else Tree(strip_function_tags(node.label), list(node.children))
-    kept = [c for c in (_strip(child) for child in node.children if isinstance(child, Tree)) if c is not None]
+    kept: list[Tree | str] = [
+        c for c in (_strip(child) for child in node.children if isinstance(child, Tree)) if c is not None
+    ]
     return Tree(strip_function_tags(node.label), kept) if kept else None
 
 
@@ -263,6 +275,7 @@ def normalize(tree: Tree, *, root: str = ROOT) -> Tree:
 
 
 # ------------------------------------------------------------------------------------------------- linearization
+
 
 def linearize(tree: Tree, *, keep_tags: bool = True) -> list[str]:
     """Target tokens of a tree, depth first: "(LABEL" opens a constituent, ")" closes it, and each preterminal is one
@@ -310,7 +323,7 @@ def delinearize(tokens: Sequence[str], sentence: Sequence[str]) -> Tree:
             result = None if stack else node
             continue
         if tok.startswith(OPEN_PREFIX):
-            node = Tree(tok[len(OPEN_PREFIX):], [])
+            node = Tree(tok[len(OPEN_PREFIX) :], [])
         elif used == len(sentence):
             raise TreeError(f"token {i} ({tok!r}): more leaves than the {len(sentence)} words")
         else:

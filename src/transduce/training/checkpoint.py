@@ -24,8 +24,17 @@ from safetensors.torch import load_file, save_file, save_model
 
 from ..outputs import OutputError, atomic_folder, atomic_write, atomic_write_text, remove_own_folder
 
-__all__ = ["CheckpointError", "atomic_write_text", "save_weights", "load_weights", "save_checkpoint",
-           "load_checkpoint", "checkpoint_dirs", "average_run", "find_weights"]
+__all__ = [
+    "CheckpointError",
+    "atomic_write_text",
+    "save_weights",
+    "load_weights",
+    "save_checkpoint",
+    "load_checkpoint",
+    "checkpoint_dirs",
+    "average_run",
+    "find_weights",
+]
 
 CHECKPOINTS = "checkpoints"
 
@@ -54,12 +63,15 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
     missing = [k for k in own if k not in state and not _is_alias(model, k, state)]
     unexpected = [k for k in state if k not in own]
     if missing or unexpected:
-        raise CheckpointError(f"{path}: weights do not fit the model (missing {missing[:3]}, "
-                              f"unexpected {unexpected[:3]})")
+        raise CheckpointError(
+            f"{path}: weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
     for name, tensor in state.items():
         if own[name].shape != tensor.shape:
-            raise CheckpointError(f"{path}: {name} has shape {tuple(tensor.shape)}, the model expects "
-                                  f"{tuple(own[name].shape)} (a different config or vocabulary?)")
+            raise CheckpointError(
+                f"{path}: {name} has shape {tuple(tensor.shape)}, the model expects "
+                f"{tuple(own[name].shape)} (a different config or vocabulary?)"
+            )
     model.load_state_dict(state, strict=False)
 
 
@@ -107,16 +119,24 @@ def set_rng_state(tensors: dict, rank: int = 0) -> bool:
 
 
 def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
+    """Complete checkpoints, oldest first (by step number: names outgrow their zero padding past 10^8 steps)."""
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")
-                  and (p / "model.safetensors").is_file())
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit()]
+    return sorted((p for p in found if (p / "model.safetensors").is_file()), key=lambda p: int(p.name[5:]))
 
 
-def save_checkpoint(run_dir: str | Path, *, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    trainer: dict, keep_last: int, extra_tensors: dict | None = None) -> Path:
+def save_checkpoint(
+    run_dir: str | Path,
+    *,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    trainer: dict,
+    keep_last: int,
+    extra_tensors: dict | None = None,
+) -> Path:
     root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     for stale in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:  # left by a run killed while saving
@@ -126,15 +146,15 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model: torch.nn.Module, o
         save_model(model, str(tmp / "model.safetensors"), metadata={"transduce": "weights", "step": str(step)})
         opt_tensors, opt_meta = _optimizer_to_tensors(optimizer)
         save_file({**opt_tensors, **rng_state(), **(extra_tensors or {})}, str(tmp / "optimizer.safetensors"))
-        (tmp / "trainer.json").write_text(json.dumps({**trainer, "step": step, "optimizer": opt_meta}, indent=2),
-                                          encoding="utf-8")
+        (tmp / "trainer.json").write_text(
+            json.dumps({**trainer, "step": step, "optimizer": opt_meta}, indent=2), encoding="utf-8"
+        )
     for old in checkpoint_dirs(run_dir)[:-keep_last]:
         remove_own_folder(old, "checkpoint")
     return final
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                    rank: int = 0) -> dict:
+def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, rank: int = 0) -> dict:
     """Restore model (and optimizer, this rank's RNG) from a checkpoint folder; returns the trainer state, with
     "rng_restored" telling whether the checkpoint held this rank's generator state."""
     load_weights(model, path / "model.safetensors")
@@ -142,8 +162,9 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
         trainer = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
         tensors = load_file(str(path / "optimizer.safetensors"))
     except Exception as err:  # a damaged checkpoint: JSON, OS or safetensors errors
-        raise CheckpointError(f"{path}: cannot read the checkpoint ({err}); move it aside to resume from the "
-                              "previous one") from None
+        raise CheckpointError(
+            f"{path}: cannot read the checkpoint ({err}); move it aside to resume from the previous one"
+        ) from None
     restored = False
     if optimizer is not None:
         opt = {k: v for k, v in tensors.items() if k.startswith("state.")}
@@ -152,7 +173,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     return {**trainer, "rng_restored": restored}
 
 
-# Averaging (PAPER.md §4: the last 5 checkpoints for base, the last 20 for big) ------------------------------------
+# Averaging (the paper's §6.1: the last 5 checkpoints for base models, the last 20 for big) ----------------------
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
     """Element-wise mean of the weights in `paths` (model.safetensors files or checkpoint folders)."""
     total: dict[str, torch.Tensor] = {}
@@ -190,8 +211,7 @@ def check_weights_target(out: Path, sidecar_key: str) -> None:
         raise OutputError(f"{out}: exists and is not a weights file written by transduce; choose another name")
     side = out.with_suffix(".json")
     if side.exists() and not _is_own_sidecar(side, sidecar_key):
-        raise OutputError(f"{out}: its side file {side} exists and was not written by transduce; "
-                          "choose another name")
+        raise OutputError(f"{out}: its side file {side} exists and was not written by transduce; choose another name")
 
 
 def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -> Path:
@@ -201,8 +221,9 @@ def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -
     if not dirs:
         raise CheckpointError(f"{run_dir}: no checkpoints to average")
     if len(dirs) < last:
-        raise CheckpointError(f"{run_dir}: asked for the last {last} checkpoints, only {len(dirs)} are kept "
-                              "(raise train.keep_last)")
+        raise CheckpointError(
+            f"{run_dir}: asked for the last {last} checkpoints, only {len(dirs)} are kept (raise train.keep_last)"
+        )
     chosen = dirs[-last:]
     out = Path(out) if out else Path(run_dir) / "averaged.safetensors"
     check_weights_target(out, "averaged")

@@ -49,14 +49,14 @@ def train(config: Any, run_dir: str | Path, *, quiet: bool = False) -> dict:
     ranks, device = setup_distributed(config.train.device)
     with open_run(run_dir, ranks, task_cls.name):
         runlog = RunLog(run_dir, ranks.main, quiet)
-        task = task_cls.prepare(config, run_dir, main=ranks.main, log=runlog.text if ranks.main else _silent,
-                                barrier=ranks.barrier)
-        result = run_training(task, task.config.train, run_dir, ranks=ranks, device=device, runlog=runlog,
-                              quiet=quiet)
+        task = task_cls.prepare(
+            config, run_dir, main=ranks.main, log=runlog.text if ranks.main else _silent, barrier=ranks.barrier
+        )
+        result = run_training(task, task.config.train, run_dir, ranks=ranks, device=device, runlog=runlog, quiet=quiet)
     return {**result, "config": task.config}
 
 
-def task_class_of(config: Any) -> type:
+def task_class_of(config: Any) -> type[Task]:
     for name in ("translation", "classification", "parsing"):
         cls = task_class(name)
         if isinstance(config, cls.config_class):
@@ -86,8 +86,10 @@ def open_run(run_dir: Path, ranks: Ranks, task: str):
 def check_setup(task: Task, tc: TrainConfig) -> None:
     """Everything that can be known before step 1 is checked before step 1 (not at the first validation)."""
     if tc.early_stop_metric not in task.metrics:
-        raise ConfigError(f"train.early_stop_metric {tc.early_stop_metric!r} does not apply to this task "
-                          f"(choose from {', '.join(task.metrics)})")
+        raise ConfigError(
+            f"train.early_stop_metric {tc.early_stop_metric!r} does not apply to this task "
+            f"(choose from {', '.join(task.metrics)})"
+        )
     if tc.early_stop_metric == "bleu" and not tc.valid_bleu:
         raise ConfigError("train.early_stop_metric is 'bleu' but train.valid_bleu is false")
     if tc.patience > 0 and not task.has_validation:
@@ -95,25 +97,39 @@ def check_setup(task: Task, tc: TrainConfig) -> None:
     task.check()
 
 
-def run_training(task: Task, tc: TrainConfig, run_dir: Path, *, ranks: Ranks, device: torch.device,
-                 runlog: RunLog, quiet: bool = False) -> dict:
+def run_training(
+    task: Task,
+    tc: TrainConfig,
+    run_dir: Path,
+    *,
+    ranks: Ranks,
+    device: torch.device,
+    runlog: RunLog,
+    quiet: bool = False,
+) -> dict:
     """The loop: updates until max_steps, max_epochs, max_minutes or early stopping; validates, logs and saves."""
     check_setup(task, tc)
     run = Session.start(task, tc, run_dir, ranks, device, runlog)
     state = run.state
     if state.step >= tc.max_steps or run.epochs_done():
-        runlog.text(f"nothing to do: the run is at step {state.step}, epoch {state.epoch} (train.max_steps "
-                    f"{tc.max_steps}, train.max_epochs {tc.max_epochs}); raise them with --set to train longer")
+        runlog.text(
+            f"nothing to do: the run is at step {state.step}, epoch {state.epoch} (train.max_steps "
+            f"{tc.max_steps}, train.max_epochs {tc.max_epochs}); raise them with --set to train longer"
+        )
         return {"step": state.step, "stopped": "max_steps", "best": state.best}
-    bar = tqdm(total=tc.max_steps, initial=state.step, disable=not ranks.main or quiet, unit="step",
-               file=sys.stderr, dynamic_ncols=True, mininterval=0.2 if sys.stderr.isatty() else 30.0)
+    bar = _progress_bar(tc, state, enabled=ranks.main and not quiet)
     try:
         while state.stopped is None:
-            groups = update_groups(task.batches(max_tokens=tc.max_tokens, seed=tc.seed, epoch=state.epoch),
-                                   world_size=ranks.world_size, rank=ranks.rank, accumulate=tc.accumulate)
+            groups = update_groups(
+                task.batches(max_tokens=tc.max_tokens, seed=tc.seed, epoch=state.epoch),
+                world_size=ranks.world_size,
+                rank=ranks.rank,
+                accumulate=tc.accumulate,
+            )
             if tc.max_epochs:  # the bar counts to whichever limit comes first
-                bar.total = min(tc.max_steps, state.step - state.update_in_epoch
-                                + (tc.max_epochs - state.epoch) * len(groups))
+                bar.total = min(
+                    tc.max_steps, state.step - state.update_in_epoch + (tc.max_epochs - state.epoch) * len(groups)
+                )
             for u in range(state.update_in_epoch, len(groups)):
                 if not run.update(groups[u]):
                     continue  # skipped (out of GPU memory)
@@ -122,17 +138,7 @@ def run_training(task: Task, tc: TrainConfig, run_dir: Path, *, ranks: Ranks, de
                 if epoch_end:
                     state.finish_epoch()
                 bar.update(1)
-                last = state.step >= tc.max_steps or run.epochs_done()
-                if state.step % tc.log_every == 0 or last:
-                    run.log_window(bar)
-                if task.has_validation and (state.step % tc.valid_every == 0 or last or
-                                            (epoch_end and tc.max_epochs)):
-                    run.validate()
-                if state.step % tc.save_every == 0 or last or state.stopped:
-                    run.save(state.stopped or "periodic")
-                run.check_time_limit(last)
-                if last or state.stopped:
-                    state.stopped = state.stopped or ("max_steps" if state.step >= tc.max_steps else "max_epochs")
+                if run.after_update(epoch_end, bar):
                     break
             if run.epochs_done() and state.stopped is None:
                 state.stopped = "max_epochs"
@@ -145,6 +151,19 @@ def run_training(task: Task, tc: TrainConfig, run_dir: Path, *, ranks: Ranks, de
     finally:
         bar.close()
     return run.finish()
+
+
+def _progress_bar(tc: TrainConfig, state: TrainerState, *, enabled: bool) -> tqdm:
+    interval = 0.2 if sys.stderr.isatty() else 30.0
+    return tqdm(
+        total=tc.max_steps,
+        initial=state.step,
+        disable=not enabled,
+        unit="step",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=interval,
+    )
 
 
 @dataclasses.dataclass
@@ -170,8 +189,9 @@ class Session:
     lr: float = 0.0
 
     @classmethod
-    def start(cls, task: Task, tc: TrainConfig, run_dir: Path, ranks: Ranks, device: torch.device,
-              runlog: RunLog) -> Session:
+    def start(
+        cls, task: Task, tc: TrainConfig, run_dir: Path, ranks: Ranks, device: torch.device, runlog: RunLog
+    ) -> Session:
         """Build the model (the same initial weights on every rank), the optimizer, and restore the newest
         checkpoint when there is one."""
         if tc.num_threads:
@@ -187,11 +207,21 @@ class Session:
         run = cls(task, tc, run_dir, ranks, device, runlog, model, optimizer, state, start_elapsed=state.elapsed)
         run.net, run.autocast = _wrap(model, tc, ranks, device)
         run.reset_window()
-        runlog.text(f"model: {_parameters(model):,} parameters; device {device}; world size {ranks.world_size}; "
-                    f"{task.description}; {tc.max_tokens} tokens per micro-batch x {tc.accumulate} accumulated x "
-                    f"{ranks.world_size} ranks")
+        runlog.text(
+            f"model: {_parameters(model):,} parameters; device {device}; world size {ranks.world_size}; "
+            f"{task.description}; {tc.max_tokens} tokens per micro-batch x {tc.accumulate} accumulated x "
+            f"{ranks.world_size} ranks"
+        )
         model.train()
         return run
+
+    @property
+    def d_model(self) -> int:
+        """The model width in the learning-rate schedule (Eq. 3); every task's model carries its ModelConfig."""
+        config = getattr(self.model, "config", None)
+        if config is None:
+            raise ConfigError(f"{type(self.model).__name__} has no ModelConfig (.config): the schedule needs d_model")
+        return int(config.d_model)
 
     def elapsed(self) -> float:
         return self.start_elapsed + time.perf_counter() - self.started
@@ -205,15 +235,16 @@ class Session:
         n_tokens = sum(b.n_tokens for b in micro if b is not None)
         n_all = all_ranks_sum(float(n_tokens), self.ranks, self.device)
         try:
-            loss_sum, nll_sum = _accumulate(self.task, self.net, micro, n_all, self.ranks.world_size, self.device,
-                                            self.autocast)
+            loss_sum, nll_sum = _accumulate(
+                self.task, self.net, micro, n_all, self.ranks.world_size, self.device, self.autocast
+            )
             self.consecutive_oom = 0
         except torch.cuda.OutOfMemoryError:
             if self.ranks.world_size > 1:
                 raise  # ranks cannot skip an update alone
             self.skip_out_of_memory()
             return False
-        self.lr = learning_rate(self.state.step + 1, self.tc, self.model.config.d_model)
+        self.lr = learning_rate(self.state.step + 1, self.tc, self.d_model)
         for group_ in self.optimizer.param_groups:
             group_["lr"] = self.lr
         if self.tc.clip_norm > 0:
@@ -236,40 +267,64 @@ class Session:
         torch.cuda.empty_cache()
         self.state.oom_skips += 1
         self.consecutive_oom += 1
-        self.runlog.text(f"warning: out of GPU memory at step {self.state.step + 1}; skipped that batch "
-                         f"({self.state.oom_skips} skipped so far)")
+        self.runlog.text(
+            f"warning: out of GPU memory at step {self.state.step + 1}; skipped that batch "
+            f"({self.state.oom_skips} skipped so far)"
+        )
         if self.consecutive_oom >= 3:
             raise TrainingError("out of GPU memory on 3 updates in a row; lower train.max_tokens")
 
     def reset_window(self) -> None:
         zero = torch.zeros((), device=self.device)
-        self.window = {"loss": zero, "nll": zero.clone(), "tokens": 0, "real": 0, "padded": 0,
-                       "time": time.perf_counter()}
+        self.window = {
+            "loss": zero,
+            "nll": zero.clone(),
+            "tokens": 0,
+            "real": 0,
+            "padded": 0,
+            "time": time.perf_counter(),
+        }
 
     def check_finite(self, saving: bool = False) -> None:
         """NaN/inf in any loss since the last check stops training (one host sync for the whole window)."""
         bad = _first_bad(self.recent_losses)
         if bad is not None:
             what = "stopped without saving" if saving else "stopped"
-            raise TrainingError(f"loss became {bad[1]} at step {bad[0]}; {what}. The last good checkpoint is "
-                                f"{_last_checkpoint(self.run_dir)}")
+            raise TrainingError(
+                f"loss became {bad[1]} at step {bad[0]}; {what}. The last good checkpoint is "
+                f"{_last_checkpoint(self.run_dir)}"
+            )
         self.recent_losses.clear()
 
     def log_window(self, bar: tqdm) -> None:
         self.check_finite()
         w, now, unit = self.window, time.perf_counter(), self.task.unit
         tok = max(1, w["tokens"])
-        record = {"kind": "train", "step": self.state.step, "epoch": self.state.epoch, "lr": self.lr,
-                  "loss": float(w["loss"]) / tok, "nll": float(w["nll"]) / tok,
-                  "tokens_per_s": w["tokens"] * self.ranks.world_size / (now - w["time"]),
-                  "padding_efficiency": w["real"] / max(1, w["padded"]), "elapsed": self.elapsed()}
+        record = {
+            "kind": "train",
+            "step": self.state.step,
+            "epoch": self.state.epoch,
+            "lr": self.lr,
+            "loss": float(w["loss"]) / tok,
+            "nll": float(w["nll"]) / tok,
+            "tokens_per_s": w["tokens"] * self.ranks.world_size / (now - w["time"]),
+            "padding_efficiency": w["real"] / max(1, w["padded"]),
+            "elapsed": self.elapsed(),
+        }
         record["ppl"] = math.exp(min(record["nll"], 50.0))
         self.runlog.metrics(record)
-        self.runlog.text(f"step {record['step']}: loss {record['loss']:.4f}, nll {record['nll']:.4f}, lr "
-                         f"{self.lr:.3e}, {record['tokens_per_s']:,.0f} {unit}/s, padding efficiency "
-                         f"{record['padding_efficiency']:.3f}", echo=False)  # the bar shows it live
-        bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{self.lr:.2e}",
-                        **{f"{unit.split()[-1]}/s": f"{record['tokens_per_s']:,.0f}"}, refresh=False)
+        self.runlog.text(
+            f"step {record['step']}: loss {record['loss']:.4f}, nll {record['nll']:.4f}, lr "
+            f"{self.lr:.3e}, {record['tokens_per_s']:,.0f} {unit}/s, padding efficiency "
+            f"{record['padding_efficiency']:.3f}",
+            echo=False,
+        )  # the bar shows it live
+        bar.set_postfix(
+            loss=f"{record['loss']:.3f}",
+            lr=f"{self.lr:.2e}",
+            **{f"{unit.split()[-1]}/s": f"{record['tokens_per_s']:,.0f}"},
+            refresh=False,
+        )
         self.reset_window()
 
     def validate(self) -> None:
@@ -281,8 +336,9 @@ class Session:
             result = self.task.validate(self.model, self.device)
             value = result.get(key)
             if value is None:
-                raise ConfigError(f"train.early_stop_metric is {tc.early_stop_metric!r} but validation does not "
-                                  "compute it")
+                raise ConfigError(
+                    f"train.early_stop_metric is {tc.early_stop_metric!r} but validation does not compute it"
+                )
             better = state.best is None or (value > state.best if higher_is_better else value < state.best)
             if better:
                 state.best, state.bad_validations = value, 0
@@ -290,8 +346,11 @@ class Session:
             else:
                 state.bad_validations += 1
             self.runlog.metrics({"kind": "valid", "step": state.step, **result, "elapsed": self.elapsed()})
-            self.runlog.text(f"step {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items())
-                             + (" (best so far)" if better else f" (no improvement for {state.bad_validations})"))
+            self.runlog.text(
+                f"step {state.step}: "
+                + ", ".join(f"{k} {v:.4g}" for k, v in result.items())
+                + (" (best so far)" if better else f" (no improvement for {state.bad_validations})")
+            )
             stop = tc.patience > 0 and state.bad_validations >= tc.patience
         if broadcast_flag(stop, self.ranks):
             state.stopped = "early_stop"
@@ -301,10 +360,32 @@ class Session:
         rank_rng = gather_rng(self.ranks, self.device) if collective else {}
         if self.ranks.main:
             self.state.elapsed = self.elapsed()
-            path = save_checkpoint(self.run_dir, step=self.state.step, model=self.model, optimizer=self.optimizer,
-                                   trainer=self.state.to_checkpoint(), keep_last=self.tc.keep_last,
-                                   extra_tensors=rank_rng)
+            path = save_checkpoint(
+                self.run_dir,
+                step=self.state.step,
+                model=self.model,
+                optimizer=self.optimizer,
+                trainer=self.state.to_checkpoint(),
+                keep_last=self.tc.keep_last,
+                extra_tensors=rank_rng,
+            )
             self.runlog.text(f"step {self.state.step}: saved {path} ({reason})")
+
+    def after_update(self, epoch_end: bool, bar: tqdm) -> bool:
+        """Log, validate, save and check the time limit as due after an update; True when training stops."""
+        state, tc = self.state, self.tc
+        last = state.step >= tc.max_steps or self.epochs_done()
+        if state.step % tc.log_every == 0 or last:
+            self.log_window(bar)
+        if self.task.has_validation and (state.step % tc.valid_every == 0 or last or (epoch_end and tc.max_epochs)):
+            self.validate()
+        if state.step % tc.save_every == 0 or last or state.stopped:
+            self.save(state.stopped or "periodic")
+        self.check_time_limit(last)
+        if last or state.stopped:
+            state.stopped = state.stopped or ("max_steps" if state.step >= tc.max_steps else "max_epochs")
+            return True
+        return False
 
     def check_time_limit(self, last: bool) -> None:
         """Past train.max_minutes: validate the final weights (unless just done) and save them (unless just done)."""
@@ -320,8 +401,10 @@ class Session:
 
     def finish(self) -> dict:
         state = self.state
-        self.runlog.text(f"finished at step {state.step} ({state.stopped}); {state.target_tokens:,} {self.task.unit} "
-                         f"in {self.elapsed():.0f} s; best validation: {state.best}")
+        self.runlog.text(
+            f"finished at step {state.step} ({state.stopped}); {state.target_tokens:,} {self.task.unit} "
+            f"in {self.elapsed():.0f} s; best validation: {state.best}"
+        )
         self.ranks.barrier()
         return {"step": state.step, "stopped": state.stopped, "best": state.best}
 
@@ -335,8 +418,10 @@ def _restore(run_dir: Path, model, optimizer, ranks: Ranks, tc: TrainConfig, run
     if ranks.rank and not trainer["rng_restored"]:  # saved without this rank's generator state
         torch.manual_seed(rank_seed(tc.seed, ranks.rank, state.step))
     runlog.truncate_after(state.step)
-    runlog.text(f"resumed from {checkpoints[-1]} at step {state.step} (epoch {state.epoch}, update "
-                f"{state.update_in_epoch} of that epoch)")
+    runlog.text(
+        f"resumed from {checkpoints[-1]} at step {state.step} (epoch {state.epoch}, update "
+        f"{state.update_in_epoch} of that epoch)"
+    )
     return state
 
 
@@ -345,7 +430,8 @@ def _wrap(model: torch.nn.Module, tc: TrainConfig, ranks: Ranks, device: torch.d
     net: torch.nn.Module = model
     if ranks.world_size > 1:
         net = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     if tc.compile:
         net = torch.compile(net, dynamic=True)  # type: ignore[assignment]  # batch shapes change every step
     if device.type == "cuda":
@@ -359,8 +445,9 @@ def _parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())  # tied tensors are counted once
 
 
-def _accumulate(task: Task, net, micro: list, n_tokens_all: float, world_size: int, device,
-                autocast) -> tuple[torch.Tensor, torch.Tensor]:
+def _accumulate(
+    task: Task, net, micro: list, n_tokens_all: float, world_size: int, device, autocast
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward and backward over one update's micro-batches; gradients all-reduced on the last one only."""
     loss_total = torch.zeros((), device=device)
     nll_total = torch.zeros((), device=device)

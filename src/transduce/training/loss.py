@@ -1,4 +1,4 @@
-"""Label-smoothed cross-entropy (PAPER.md §4, eps_ls = 0.1; Szegedy et al. 2016).
+"""Label-smoothed cross-entropy (the paper's §5.4, eps_ls = 0.1; Szegedy et al. 2016).
 
 Convention for the smoothing mass: the target distribution is (1 - eps) on the reference token plus eps spread
 uniformly over the whole vocabulary (eps / V on every token, the reference included) — the form of Szegedy et al.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-
 
 _CHUNK_ELEMENTS = 1 << 22  # elements of the (N, V) logits per log-sum-exp chunk (whole rows): 16 MB of float32
 
@@ -40,12 +39,15 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         for start in range(0, n, rows):
             chunk = logits[start : start + rows]
             row_max = chunk.amax(dim=1, keepdim=True)
-            block = chunk.sub_(row_max) if reuse_logits else torch.sub(chunk, row_max, out=scratch[: chunk.size(0)])
+            if scratch is None:  # reuse_logits: exponentiate in place
+                block = chunk.sub_(row_max)
+            else:
+                block = torch.sub(chunk, row_max, out=scratch[: chunk.size(0)])
             total[start : start + rows] = block.exp_().sum(dim=1)
             top[start : start + rows] = row_max.squeeze(1)
         lse = total.log().add_(top)
         nll = lse - z_target
-        loss = nll if eps == 0.0 else (1.0 - eps) * nll + eps * (lse - z_mean)
+        loss = nll if z_mean is None else (1.0 - eps) * nll + eps * (lse - z_mean)  # z_mean is None iff eps == 0
         ctx.save_for_backward(logits, target, weight, lse, total)
         ctx.eps, ctx.reuse_logits = eps, reuse_logits
         nll_sum = (nll * weight).sum()
@@ -73,11 +75,12 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None, None, None
 
 
-def label_smoothed_nll(logits: Tensor, target: Tensor, *, eps: float, pad_id: int,
-                       reuse_logits: bool = False) -> tuple[Tensor, Tensor]:
+def label_smoothed_nll(
+    logits: Tensor, target: Tensor, *, eps: float, pad_id: int, reuse_logits: bool = False
+) -> tuple[Tensor, Tensor]:
     """logits (..., V), target (...) -> (loss, nll), both SUMMED over non-pad target tokens.
 
-    Callers divide by the number of target tokens of the whole (accumulated, all-rank) batch (DESIGN.md rule 6).
+    Callers divide by the number of target tokens of the whole (accumulated, all-rank) batch.
     With eps = 0, loss == nll. Computed in float32 even under autocast. `reuse_logits=True` hands the logits over:
     the forward overwrites them with exp(z - row max) and the backward with their gradient (the training loop does
     this; the logits must not be read afterwards). Otherwise they are left untouched.

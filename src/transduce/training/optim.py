@@ -1,4 +1,4 @@
-"""Adam(beta1 0.9, beta2 0.98, eps 1e-9) and the learning-rate schedules (PAPER.md §4), as pure functions."""
+"""Adam(beta1 0.9, beta2 0.98, eps 1e-9) and the learning-rate schedules (§5.3, Eq. 3), as pure functions."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..config import TrainConfig
 def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
     """Eq. 3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), times `scale`. Steps count from 1."""
     step = max(step, 1)
-    return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
 def inverse_sqrt_lr(step: int, *, peak_lr: float, warmup_steps: int) -> float:
@@ -32,23 +32,35 @@ def linear_decay_lr(step: int, *, peak_lr: float, warmup_steps: int, total_steps
 
 
 def learning_rate(step: int, config: TrainConfig, d_model: int) -> float:
-    if config.lr_schedule == "constant":  # linear warm-up, then peak_lr (e.g. the seed report's Adam at 1e-3)
+    if config.lr_schedule == "constant":  # linear warm-up, then peak_lr (IMDB: Adam at 1e-3)
         return config.peak_lr * min(1.0, max(step, 1) / config.warmup_steps)
     if config.lr_schedule == "inverse_sqrt":
         return inverse_sqrt_lr(step, peak_lr=config.peak_lr, warmup_steps=config.warmup_steps)
     if config.lr_schedule == "linear":
-        return linear_decay_lr(step, peak_lr=config.peak_lr, warmup_steps=config.warmup_steps,
-                               total_steps=config.max_steps)
+        return linear_decay_lr(
+            step, peak_lr=config.peak_lr, warmup_steps=config.warmup_steps, total_steps=config.max_steps
+        )
     return noam_lr(step, d_model=d_model, warmup_steps=config.warmup_steps, scale=config.lr_scale)
 
 
 def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Adam:
     """Adam with torch's fused kernel (one pass over each parameter) where this torch build has it for the
     parameters' device (CUDA; CPU since torch 2.4), else the multi-tensor one. Same update either way."""
-    kwargs = dict(lr=0.0, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps,
-                  weight_decay=config.weight_decay)
     params = list(model.parameters())
+
+    def adam(*, fused: bool | None = None, foreach: bool | None = None) -> torch.optim.Adam:
+        betas = (config.adam_beta1, config.adam_beta2)
+        return torch.optim.Adam(
+            params,
+            lr=0.0,
+            betas=betas,
+            eps=config.adam_eps,
+            weight_decay=config.weight_decay,
+            fused=fused,
+            foreach=foreach,
+        )
+
     try:
-        return torch.optim.Adam(params, fused=True, **kwargs)
+        return adam(fused=True)
     except RuntimeError:  # no fused kernel for this device in this torch
-        return torch.optim.Adam(params, foreach=True, **kwargs)
+        return adam(foreach=True)

@@ -19,7 +19,15 @@ class TrainerState:
     target_tokens: int = 0  # what the loss was summed over, in all
     stopped: str | None = None  # why training stopped: max_steps, max_epochs, max_minutes, early_stop (not saved)
 
-    SAVED: ClassVar[tuple[str, ...]] = ("epoch", "update_in_epoch", "best", "bad_validations", "elapsed", "oom_skips", "target_tokens")
+    SAVED: ClassVar[tuple[str, ...]] = (
+        "epoch",
+        "update_in_epoch",
+        "best",
+        "bad_validations",
+        "elapsed",
+        "oom_skips",
+        "target_tokens",
+    )
 
     def to_checkpoint(self) -> dict:
         return {name: getattr(self, name) for name in self.SAVED}

@@ -1,0 +1,50 @@
+"""What several commands share: input paths, bounds on decoding options, common arguments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MAX_BEAM = 64  # a beam allocates beam x sentences decoder rows: bounded so a typo cannot exhaust memory
+MAX_BATCH_TOKENS = 1_000_000
+
+
+def input_path(path: str | None) -> Path:
+    """A command's input file: "-" (stdin) when None; relative paths also looked up under TRANSDUCE_DATA."""
+    from ..data import resolve_path
+
+    return Path("-") if path in (None, "-") else resolve_path(path)
+
+
+def check_decoding(args) -> None:
+    from ..config import ConfigError
+
+    beam, nbest = args.beam, getattr(args, "nbest", 1)
+    if beam is not None and not 1 <= beam <= MAX_BEAM:
+        raise ConfigError(f"--beam must be between 1 and {MAX_BEAM}, got {beam}")
+    if not 1 <= nbest <= MAX_BEAM:
+        raise ConfigError(f"--nbest must be between 1 and {MAX_BEAM}, got {nbest}")
+    if beam is not None and nbest > beam:
+        raise ConfigError(
+            f"--nbest {nbest} is larger than --beam {beam}: a beam of {beam} finds at most {beam} translations"
+        )
+    if args.batch_tokens is not None and not 1 <= args.batch_tokens <= MAX_BATCH_TOKENS:
+        raise ConfigError(f"--batch-tokens must be between 1 and {MAX_BATCH_TOKENS:,}, got {args.batch_tokens}")
+    if args.alpha is not None and not 0.0 <= args.alpha <= 10.0:
+        raise ConfigError(f"--alpha must be between 0 and 10, got {args.alpha}")
+
+
+def sacrebleu_tokenizers() -> list[str]:
+    from sacrebleu.metrics.bleu import BLEU
+
+    return sorted(BLEU.TOKENIZERS)
+
+
+def decode_options(p) -> None:
+    """The arguments translate and evaluate share."""
+    p.add_argument("run", help="run directory, or a .safetensors weights file inside one")
+    p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 4); 1 = greedy")
+    p.add_argument("--alpha", type=float, default=None, help="length penalty alpha (default 0.6)")
+    p.add_argument("--batch-tokens", type=int, default=None, help="source tokens per batch")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")

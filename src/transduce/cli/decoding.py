@@ -1,0 +1,122 @@
+"""Decoding commands: translate, evaluate, score (argument tables and the calls they make)."""
+
+from __future__ import annotations
+
+import sys
+
+from .common import check_decoding, decode_options, input_path, sacrebleu_tokenizers
+
+
+def cmd_translate(args) -> int:
+    from ..data import read_lines
+    from ..decoding.translator import Translator
+    from ..export.ctranslate2 import CTranslate2Translator  # does not import ctranslate2 until used
+
+    check_decoding(args)
+    lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
+    translator: Translator | CTranslate2Translator
+    if args.engine == "ctranslate2":
+        translator = CTranslate2Translator.from_run(args.run, device=args.device)
+        max_len = translator.max_len
+    else:
+        translator = Translator.from_run(args.run, device=args.device)
+        max_len = translator.model.config.max_len
+    progress = not sys.stdout.isatty() and not args.quiet
+    results = translator.translate_nbest(
+        lines,
+        beam=args.beam,
+        alpha=args.alpha,
+        nbest=args.nbest,
+        batch_tokens=args.batch_tokens,
+        length_penalty=args.length_penalty,
+        progress=progress,
+    )
+    for i in translator.truncated:
+        print(
+            f"warning: line {i + 1}: longer than the model's {max_len} positions; translated after truncation",
+            file=sys.stderr,
+        )
+    out = sys.stdout
+    for i, hyps in enumerate(results):
+        if args.nbest == 1:
+            out.write((hyps[0].text if hyps else "") + "\n")
+        else:
+            for h in hyps:
+                out.write(f"{i}\t{h.score:.4f}\t{h.text}\n")
+    out.flush()
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    import time
+
+    from ..data import DataError, read_lines
+    from ..decoding.translator import Translator
+    from ..metrics import score
+    from ..outputs import atomic_write_text, refuse_existing_file
+
+    check_decoding(args)
+    src, ref = input_path(args.src), input_path(args.ref)
+    sources, references = read_lines(src, errors=args.errors), read_lines(ref, errors=args.errors)
+    if len(sources) != len(references):
+        raise DataError(f"{src} has {len(sources)} lines but {ref} has {len(references)}")
+    if args.output:
+        refuse_existing_file(args.output, "translations")
+    translator = Translator.from_run(args.run, device=args.device)
+    start = time.perf_counter()
+    hyps = translator.translate(
+        sources, beam=args.beam, alpha=args.alpha, batch_tokens=args.batch_tokens, progress=not args.quiet
+    )
+    seconds = time.perf_counter() - start
+    n_tokens = sum(len(t) for t in translator.tokenizer.encode(hyps))
+    if args.output:
+        atomic_write_text(args.output, "".join(h + "\n" for h in hyps))
+    print(score(hyps, references, lowercase=args.lowercase).format())
+    print(
+        f"speed: {len(sources) / seconds:.1f} sentences/s, {n_tokens / seconds:.0f} target tokens/s "
+        f"({len(sources)} sentences in {seconds:.1f} s)"
+    )
+    return 0
+
+
+def cmd_score(args) -> int:
+    from ..data import DataError, read_lines
+    from ..metrics import score
+
+    hyp, ref = input_path(args.hyp), input_path(args.ref)
+    hyps, refs = read_lines(hyp, errors=args.errors), read_lines(ref, errors=args.errors)
+    if len(hyps) != len(refs):
+        raise DataError(f"{hyp} has {len(hyps)} lines but {ref} has {len(refs)}")
+    print(score(hyps, refs, lowercase=args.lowercase, tokenize=args.tokenize).format())
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("translate", help="translate stdin (or --input) to stdout, one line per line")
+    decode_options(p)
+    p.add_argument("--input", help="read this file instead of stdin")
+    p.add_argument("--nbest", type=int, default=1, help="print the N best as INDEX<TAB>SCORE<TAB>TEXT")
+    p.add_argument("--length-penalty", choices=["gnmt", "length", "none"], default=None)
+    p.add_argument(
+        "--engine",
+        choices=["torch", "ctranslate2"],
+        default="torch",
+        help="ctranslate2: export on the fly (or give an export folder) and decode with CTranslate2",
+    )
+    p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("evaluate", help="translate a test set and print sacreBLEU and chrF")
+    decode_options(p)
+    p.add_argument("--src", required=True)
+    p.add_argument("--ref", required=True)
+    p.add_argument("--output", help="also write the translations to this new file")
+    p.add_argument("--lowercase", action="store_true")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("score", help="sacreBLEU and chrF of existing translations")
+    p.add_argument("--hyp", required=True)
+    p.add_argument("--ref", required=True)
+    p.add_argument("--lowercase", action="store_true")
+    p.add_argument("--tokenize", default="13a", choices=sacrebleu_tokenizers(), help="sacreBLEU tokenizer")
+    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
+    p.set_defaults(func=cmd_score)

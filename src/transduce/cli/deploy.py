@@ -1,0 +1,59 @@
+"""Deployment: export to CTranslate2, serve over HTTP (argument tables and the calls they make)."""
+
+from __future__ import annotations
+
+
+def cmd_export(args) -> int:
+    from ..export.ctranslate2 import export_ctranslate2
+
+    out = export_ctranslate2(args.run, args.out, quantization=args.quantization)
+    print(f"exported {args.run} to {out} (CTranslate2, {args.quantization or 'float32'})")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from ..config import ConfigError
+
+    try:
+        from ..serving import Limits, serve
+    except ImportError as err:
+        raise ConfigError(
+            f"the server needs FastAPI and uvicorn ({err.name} is missing): pip install 'transduce[serve]'"
+        ) from None
+    limits = Limits(max_sentences=args.max_sentences, max_chars=args.max_chars, timeout_s=args.timeout)
+    serve(
+        args.run,
+        engine=args.engine,
+        host=args.host,
+        port=args.port,
+        device=args.device,
+        limits=limits,
+        batching=not args.no_batching,
+    )
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="export a trained model to another inference engine")
+    esub = p.add_subparsers(dest="export_command", required=True, metavar="ENGINE")
+    e = esub.add_parser("ctranslate2", help="a CTranslate2 model folder (pip install 'transduce[export]')")
+    e.add_argument("run", help="run directory, or a .safetensors weights file inside one")
+    e.add_argument("--out", required=True, help="a new folder (or an earlier export, replaced)")
+    e.add_argument(
+        "--quantization",
+        choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32"],
+        help="default: float32",
+    )
+    e.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("serve", help="an HTTP API and a web page for a trained model (pip install 'transduce[serve]')")
+    p.add_argument("run", help="run directory (translation or classification), or a CTranslate2 export folder")
+    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no-batching", action="store_true", help="decode requests one at a time")
+    p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
+    p.add_argument("--max-chars", type=int, default=2000, help="characters per sentence")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds before a request gets 504")
+    p.set_defaults(func=cmd_serve)

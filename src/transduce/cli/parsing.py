@@ -1,0 +1,74 @@
+"""Parsing commands: parse, evalb (argument tables and the calls they make)."""
+
+from __future__ import annotations
+
+import sys
+
+from .common import check_decoding, input_path
+
+
+def cmd_evalb(args) -> int:
+    from ..tasks.evalb import evalb_command
+
+    sys.stdout.write(
+        evalb_command(
+            input_path(args.gold),
+            input_path(args.test),
+            args.params,
+            strict=args.strict,
+            per_sentence=args.per_sentence,
+        )
+    )
+    return 0
+
+
+def cmd_parse(args) -> int:
+    from ..config import ConfigError
+    from ..data import read_lines
+    from ..tasks.parsing import parse_command
+    from ..tasks.trees import read_trees, words
+
+    check_decoding(args)
+    if args.words_from_gold:
+        if not args.gold:
+            raise ConfigError("--words-from-gold needs --gold TREES")
+        lines = [" ".join(words(tree)) for tree in read_trees(input_path(args.gold), normalized=True)]
+    else:
+        lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
+    trees, report = parse_command(
+        args.run,
+        lines,
+        gold_path=args.gold,
+        beam=args.beam,
+        alpha=args.alpha,
+        device=args.device,
+        progress=not args.quiet and not sys.stdout.isatty(),
+    )
+    if not args.scores_only:
+        sys.stdout.write("".join(tree + "\n" for tree in trees))
+    if report is not None:  # the trees go to stdout; the scores too with --scores-only, else to stderr
+        print(report, file=sys.stdout if args.scores_only else sys.stderr)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("parse", help="constituency trees, one per input line (whitespace-tokenized words)")
+    p.add_argument("run", help="a parsing run directory, or a .safetensors weights file inside one")
+    p.add_argument("--input", help="read this file instead of stdin")
+    p.add_argument("--gold", help="gold trees, line for line with the input: also print EVALB scores")
+    p.add_argument("--words-from-gold", action="store_true", help="parse the words of the --gold trees")
+    p.add_argument("--scores-only", action="store_true", help="with --gold: print only the scores")
+    p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 21 in gum-parse)")
+    p.add_argument("--alpha", type=float, default=None, help="length penalty alpha (default: the run's)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
+    p.set_defaults(func=cmd_parse, batch_tokens=None, nbest=1)
+
+    p = sub.add_parser("evalb", help="EVALB bracket scores of parses (COLLINS.prm + DELETE_LABEL ROOT by default)")
+    p.add_argument("gold", help="gold trees, one per line")
+    p.add_argument("test", help="parser output, one tree per line")
+    p.add_argument("--params", help="an EVALB .prm parameter file")
+    p.add_argument("--strict", action="store_true", help="error and skip sentences count as zero matched")
+    p.add_argument("--per-sentence", action="store_true", help="also print EVALB's per-sentence rows")
+    p.set_defaults(func=cmd_evalb)

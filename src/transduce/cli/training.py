@@ -1,0 +1,163 @@
+"""Training commands: demo, prepare, train, average, classify (argument tables and the calls they make)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .common import input_path
+
+
+def cmd_demo(args) -> int:
+    from ..demo import run_demo
+
+    run_demo(args.out, overrides=args.set)
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    from ..config import DataConfig
+    from ..data import prepare
+
+    options = {
+        "train": args.train,
+        "valid": args.valid or "",
+        "test": tuple(args.test),
+        "src": args.src,
+        "tgt": args.tgt,
+    }
+    for name in ("vocab_size", "model_type", "lowercase", "split_digits", "max_len", "max_ratio", "errors"):
+        if getattr(args, name) is not None:  # unset options keep DataConfig's defaults (one place for them)
+            options[name] = getattr(args, name)
+    prepare(DataConfig(**options), args.out, max_tokens=args.max_tokens)
+    return 0
+
+
+def cmd_train(args) -> int:
+    """Any task: the recipe's `task` key (or the saved run's) says which."""
+    from ..config import ConfigError, apply_overrides, load_config, read_config_dict
+    from ..training.loop import train
+
+    shortcuts = [f"train.device={args.device}"] if args.device else []
+    shortcuts += ["train.compile=true"] if args.compile else []
+    if args.recipe is None:
+        saved = Path(args.out) / "config.json"
+        if not saved.is_file():
+            raise ConfigError(f"{args.out}: no recipe given and no run to resume there")
+        config = apply_overrides(read_config_dict(saved), [*args.set, *shortcuts])
+    else:
+        config = load_config(args.recipe, [*args.set, *shortcuts])  # a path, or the name of a shipped recipe
+    train(config, args.out)
+    return 0
+
+
+def cmd_average(args) -> int:
+    from ..training.checkpoint import average_run
+
+    out = average_run(args.run, args.last, args.output)
+    print(f"averaged the last {args.last} checkpoints of {args.run} into {out}")
+    return 0
+
+
+def cmd_classify_train(args) -> int:
+    from ..config import load_config
+    from ..tasks.classification import ClassifierRunConfig, train_classifier
+
+    train_classifier(load_config(args.recipe, args.set, ClassifierRunConfig), args.out)
+    return 0
+
+
+def cmd_classify_predict(args) -> int:
+    from ..data import read_lines
+    from ..tasks.classification import Classifier
+
+    lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
+    classifier = Classifier.from_run(args.run, device=args.device)
+    keep = [i for i, line in enumerate(lines) if line.strip()]
+    rows = [""] * len(lines)  # an empty line gets an empty answer
+    if not keep:
+        sys.stdout.write("".join(r + "\n" for r in rows))
+        return 0
+    probs = classifier.predict_proba([lines[i] for i in keep])
+    for j, i in enumerate(keep):
+        best = int(probs[j].argmax())
+        rows[i] = classifier.labels[best]
+        if args.probabilities:
+            rows[i] += "\t" + "\t".join(f"{label}={p:.4f}" for label, p in zip(classifier.labels, probs[j].tolist()))
+    sys.stdout.write("".join(r + "\n" for r in rows))
+    return 0
+
+
+def cmd_classify_evaluate(args) -> int:
+    from ..data import resolve_path
+    from ..tasks.classification import Classifier, evaluate_file
+
+    evaluate_file(Classifier.from_run(args.run, device=args.device), str(resolve_path(args.data)))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("demo", help="train and evaluate a small model on the built-in numbers task")
+    p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the recipe")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("prepare", help="train the joint SentencePiece vocabulary and encode parallel text")
+    p.add_argument("--train", required=True, help="training file prefix (PREFIX.SRC and PREFIX.TGT, .gz allowed)")
+    p.add_argument("--valid", help="validation file prefix")
+    p.add_argument("--test", action="append", default=[], help="test file prefix (repeatable)")
+    p.add_argument("--src", required=True)
+    p.add_argument("--tgt", required=True)
+    p.add_argument("--vocab-size", type=int, help="joint vocabulary size (default 8000)")
+    p.add_argument("--model-type", choices=["bpe", "unigram"], help="default bpe")
+    p.add_argument("--lowercase", action="store_true", default=None)
+    p.add_argument("--split-digits", action="store_true", default=None)
+    p.add_argument("--max-len", type=int, help="drop training pairs longer than this many tokens (default 256)")
+    p.add_argument("--max-ratio", type=float, help="drop training pairs with a larger length ratio (default 9)")
+    p.add_argument("--max-tokens", type=int, default=4096, help="batch size used for the padding report")
+    p.add_argument("--errors", choices=["strict", "replace"], help="invalid UTF-8: refuse (default) or replace")
+    p.add_argument("--out", required=True, help="a new folder (or an earlier `prepare` output, replaced)")
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("train", help="train (or resume) a model from a TOML recipe")
+    p.add_argument(
+        "recipe",
+        nargs="?",
+        help="TOML recipe file or a shipped recipe's name (demo, multi30k, "
+        "wmt14-base, ...); omit it to resume the run in --out with its saved config",
+    )
+    p.add_argument("--out", required=True, help="run directory; training resumes if it holds checkpoints")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the recipe")
+    p.add_argument("--device", help="cpu, cuda, cuda:1, ... (same as --set train.device=...)")
+    p.add_argument("--compile", action="store_true", help="use torch.compile (same as --set train.compile=true)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("average", help="average the last N checkpoints of a run")
+    p.add_argument("run")
+    p.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (>= 1)")
+    p.add_argument("--output", help="a .safetensors file (default RUN/averaged.safetensors)")
+    p.set_defaults(func=cmd_average)
+
+    _register_classify(sub)
+
+
+def _register_classify(sub) -> None:
+    p = sub.add_parser("classify", help="the encoder-only classifier: train, predict, evaluate")
+    csub = p.add_subparsers(dest="classify_command", required=True, metavar="ACTION")
+    c = csub.add_parser("train", help="train (or resume) a classifier from a TOML recipe")
+    c.add_argument("recipe")
+    c.add_argument("--out", required=True)
+    c.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    c.set_defaults(func=cmd_classify_train)
+    c = csub.add_parser("predict", help="one label per input line (stdin or --input)")
+    c.add_argument("run")
+    c.add_argument("--input")
+    c.add_argument("--probabilities", action="store_true", help="append LABEL=P for every label")
+    c.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
+    c.add_argument("--device", default="auto")
+    c.set_defaults(func=cmd_classify_predict)
+    c = csub.add_parser("evaluate", help="accuracy, per-class precision/recall/F1, confusion matrix")
+    c.add_argument("run")
+    c.add_argument("--data", required=True, help="labelled TSV or JSONL (plain or .gz)")
+    c.add_argument("--device", default="auto")
+    c.set_defaults(func=cmd_classify_evaluate)

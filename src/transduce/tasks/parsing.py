@@ -1,0 +1,747 @@
+"""English constituency parsing as sequence transduction: the paper's §6.3, after Vinyals et al. (2015), "Grammar as
+a Foreign Language". The same encoder-decoder Transformer reads a sentence and writes its linearized tree.
+
+- Source: the sentence's words (treebank form: brackets inside words escaped as -LRB-/-RRB-) joined by spaces and
+  cut into SentencePiece pieces, then EOS.
+- Target: `trees.linearize(trees.normalize(tree))`: "(LABEL" tokens, ")" and one leaf token (the POS tag, or "XX"
+  with `data.keep_tags = false`) per word. These tokens form a small closed vocabulary, `TargetVocab`, whose ids come
+  after the SentencePiece pieces: one joint vocabulary (so the embeddings stay tied, §3.4), in which the target side
+  never uses a subword piece and encoding words can never produce a target token. PAD 0, UNK 1, BOS 2, EOS 3 are
+  shared by both sides, as everywhere in the project.
+- Decoding: batched beam search restricted by `decoding.constraints.TreeConstraint`, so every output is one
+  well-formed tree whose leaves are exactly the input words (no repair step, no excluded sentence).
+- Validation: loss, and F1 scored like EVALB (tasks/evalb.py: COLLINS.prm plus DELETE_LABEL ROOT, strict, gold tags
+  put back, the usual published setting) on the first `train.valid_max_sentences` trees of the valid file.
+
+Prepared data (RUN/data) is cached like translation's: keyed by the options and the SHA-256 of every input file;
+a run being resumed refuses inputs whose contents changed, naming the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..config import (
+    ConfigError,
+    DecodeConfig,
+    ModelConfig,
+    TrainConfig,
+    config_from_dict,
+    save_config,
+)
+from ..data import (
+    DataError,
+    ParallelCorpus,
+    TokenArrays,
+    file_digest,
+    resolve_path,
+    reuse_or_build,
+)
+from ..data.text import data_root
+from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from ..decoding.constraints import OTHER, TreeConstraint
+from ..decoding.search import beam_search, greedy_search
+from ..decoding.translator import AttentionMaps, pick_device
+from ..model import Transformer
+from ..outputs import atomic_write_text
+from ..training.checkpoint import find_weights, load_weights
+from . import evalb
+from .base import same_run
+from .translation import SequenceTask
+from .trees import (
+    OPEN_PREFIX,
+    ROOT,
+    SPECIALS,
+    Tree,
+    build_vocab,
+    delinearize,
+    escape_word,
+    linearize,
+    normalize,
+    parse_tree,
+    read_trees,
+    to_string,
+    words,
+)
+
+CACHE_VERSION = 1
+TARGET_VOCAB = "target_vocab.json"
+
+
+# ----------------------------------------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParseDataConfig:
+    """Tree files (one bracketed tree per line, or spanning lines; plain or .gz). Relative paths that do not exist
+    here are looked up under $TRANSDUCE_DATA, so `gum_const/train.trees.gz` works from anywhere.
+
+    `extra_train`: more training trees (e.g. the WSJ sample `ptb_sample_nltk/treebank.trees.gz`); they are normalized
+    the same way (traces, function tags and indices removed, root relabelled ROOT). `keep_tags`: the target keeps the
+    POS tags (the parser then tags too); false writes every preterminal as "XX" (Vinyals et al. 2015). `vocab_size`:
+    SentencePiece pieces for the words (the target tokens come on top). `max_len`: training and validation trees
+    whose source pieces or target tokens exceed it are dropped and counted."""
+
+    train: tuple[str, ...] = ()
+    valid: str = ""
+    extra_train: tuple[str, ...] = ()
+    keep_tags: bool = True
+    vocab_size: int = 4000
+    model_type: str = "bpe"
+    max_len: int = 400
+
+    def __post_init__(self) -> None:
+        if self.vocab_size <= 4:
+            raise ConfigError(f"data.vocab_size must be > 4, got {self.vocab_size}")
+        if self.model_type not in ("bpe", "unigram"):
+            raise ConfigError(f"data.model_type must be 'bpe' or 'unigram', got {self.model_type!r}")
+        if self.max_len <= 0:
+            raise ConfigError(f"data.max_len must be positive, got {self.max_len}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParseDecodeConfig(DecodeConfig):
+    """Decoding for parsing. Defaults are the paper's §6.3 settings: beam 21, alpha 0.3, and a maximum output length
+    of input length + 300 (max_len_a 1, max_len_b 300), always capped by the model's positions (model.max_len - 1).
+
+    The search measures the input in source pieces, which are at least as many as the words, so the limit is at least
+    the paper's. A linearized tree needs at least |words| + 3 tokens ("(ROOT", a leaf per word, ")", EOS); requiring
+    max_len_a >= 1 and max_len_b >= 3 guarantees that room, so the tree constraint can always finish a tree.
+    `batch_tokens` bounds source pieces x beam per batch (the decoder's rows grow with the beam)."""
+
+    beam: int = 21
+    alpha: float = 0.3
+    max_len_a: float = 1.0
+    max_len_b: int = 300
+    batch_tokens: int = 8192
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_len_a < 1.0 or self.max_len_b < 3:
+            raise ConfigError(
+                f"decode.max_len_a ({self.max_len_a}) must be >= 1 and decode.max_len_b "
+                f"({self.max_len_b}) >= 3: a tree over n words needs n + 3 output tokens"
+            )
+        if self.batch_tokens <= 0:
+            raise ConfigError(f"decode.batch_tokens must be positive, got {self.batch_tokens}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParsingRunConfig:
+    """A parsing run: the same Transformer (`model`, joint tied vocabulary), tree data, the shared `train` section
+    and parsing's `decode` section. `model.vocab_size` 0 is filled in from the pieces plus the target tokens."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: ParseDataConfig = field(default_factory=ParseDataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: ParseDecodeConfig = field(default_factory=ParseDecodeConfig)
+
+    def __post_init__(self) -> None:
+        if self.data.max_len >= self.model.max_len:
+            raise ConfigError(
+                f"data.max_len ({self.data.max_len}) must be below model.max_len "
+                f"({self.model.max_len}): a sequence also needs EOS (source) or BOS (target)"
+            )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **sections) -> ParsingRunConfig:
+        return dataclasses.replace(self, **sections)
+
+
+# ------------------------------------------------------------------------------------------------ target vocabulary
+
+
+@dataclass(frozen=True)
+class TargetVocab:
+    """The closed target vocabulary placed after the SentencePiece pieces in the joint vocabulary.
+
+    `tokens` is `trees.build_vocab`'s list (SPECIALS at 0-3, then ")", "(LABEL"s, leaves); the specials keep their
+    ids 0-3 and tokens[i], i >= 4, gets id `offset + i - 4`, where `offset` is the number of pieces. The model's
+    vocabulary size is therefore offset + len(tokens) - 4."""
+
+    tokens: tuple[str, ...]
+    offset: int
+    keep_tags: bool
+    ids: dict[str, int] = field(init=False, repr=False, compare=False)  # token -> id
+    strings: dict[int, str] = field(init=False, repr=False, compare=False)  # id -> token
+
+    def __post_init__(self) -> None:
+        if tuple(self.tokens[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"a target vocabulary starts with {SPECIALS}")
+        ids = {tok: (i if i < len(SPECIALS) else self.offset + i - len(SPECIALS)) for i, tok in enumerate(self.tokens)}
+        object.__setattr__(self, "ids", ids)  # frozen: derived once here
+        object.__setattr__(self, "strings", {i: tok for tok, i in ids.items()})
+
+    @property
+    def size(self) -> int:
+        """The model's vocabulary size: pieces + target tokens (specials counted once)."""
+        return self.offset + len(self.tokens) - len(SPECIALS)
+
+    def encode(self, tokens: Sequence[str]) -> list[int]:
+        """Target token strings -> ids; a token not seen in training (a label only the valid file has) is UNK."""
+        return [self.ids.get(tok, UNK_ID) for tok in tokens]
+
+    def decode(self, ids: Sequence[int]) -> list[str]:
+        return [self.strings.get(int(i), SPECIALS[UNK_ID]) for i in ids]
+
+    def constraint(self) -> TreeConstraint:
+        """The tree constraint over the whole joint vocabulary: pieces are never allowed on the target side."""
+        own = TreeConstraint.from_vocab(
+            self.tokens,
+            eos=SPECIALS[EOS_ID],
+            specials=SPECIALS,
+            root=OPEN_PREFIX + ROOT if OPEN_PREFIX + ROOT in self.tokens else None,
+        )
+        n = len(SPECIALS)
+        pieces = torch.full((self.offset - n,), OTHER, dtype=torch.long)
+        return TreeConstraint(torch.cat([own.kinds[:n], pieces, own.kinds[n:]]))
+
+    def save(self, path: Path) -> None:
+        atomic_write_text(
+            path,
+            json.dumps({"tokens": list(self.tokens), "offset": self.offset, "keep_tags": self.keep_tags}, indent=1)
+            + "\n",
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> TargetVocab:
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(tuple(raw["tokens"]), int(raw["offset"]), bool(raw["keep_tags"]))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise DataError(f"{path}: not a target vocabulary ({err})") from None
+
+
+# ------------------------------------------------------------------------------------------------------------- data
+
+
+@dataclass
+class ParseData:
+    """A prepared data folder: the word tokenizer, the target vocabulary, encoded splits, and for validation the
+    valid trees as read (the gold side of EVALB) with their words."""
+
+    root: Path
+    tokenizer: Tokenizer
+    vocab: TargetVocab
+    splits: dict[str, ParallelCorpus]
+    summary: dict
+    valid_words: list[list[str]] = field(default_factory=list)
+    valid_gold: list[Tree] = field(default_factory=list)
+
+
+def _find_tree_file(name: str) -> Path:
+    path = resolve_path(name)
+    if not path.is_file():
+        root = data_root()
+        raise DataError(
+            f"{name}: no such tree file" + ("" if root is None else f" (also looked under TRANSDUCE_DATA={root})")
+        )
+    return path
+
+
+def _input_files(config: ParseDataConfig) -> dict[str, list[Path]]:
+    if not config.train:
+        raise DataError("no training trees: set data.train (a tree file, e.g. gum_const/train.trees.gz)")
+    files = {"train": [_find_tree_file(p) for p in (*config.train, *config.extra_train)]}
+    if config.valid:
+        files["valid"] = [_find_tree_file(config.valid)]
+    return files
+
+
+def _cache_key(config: ParseDataConfig, digests: dict[str, str]) -> str:
+    h = hashlib.sha256()
+    h.update(
+        json.dumps(
+            {"version": CACHE_VERSION, "options": dataclasses.asdict(config), "inputs": digests}, sort_keys=True
+        ).encode()
+    )
+    return h.hexdigest()[:16]
+
+
+def prepare_trees(
+    config: ParseDataConfig, out_dir: str | Path, *, log: Callable[[str], None] = print, frozen: bool = False
+) -> ParseData:
+    """Read and normalize the trees, train SentencePiece on the training words, build the target vocabulary, encode
+    both sides, cache it all in `out_dir` (reused while the inputs' contents and the options are unchanged).
+
+    `frozen` (a run being resumed): a cache that no longer matches is refused, naming the file that changed; the
+    run's model was trained on the old vocabulary and ids."""
+    out_dir = Path(out_dir)
+    files = _input_files(config)
+    digests = {str(p): file_digest(p) for paths in files.values() for p in paths}
+    key = _cache_key(config, digests)
+    summary = reuse_or_build(
+        out_dir, key, digests, lambda tmp: _prepare_into(config, files, tmp), frozen=frozen, log=log
+    )
+    if summary is not None:
+        log(format_summary(summary))
+    return load_parse_data(out_dir)
+
+
+def _prepare_into(config: ParseDataConfig, files: dict[str, list[Path]], out: Path) -> dict:
+    raw = {split: [t for path in paths for t in read_trees(path)] for split, paths in files.items()}
+    normalized = {split: [normalize(t) for t in trees] for split, trees in raw.items()}
+    sentences = {split: [" ".join(words(t)) for t in trees] for split, trees in normalized.items()}
+    tokenizer = Tokenizer.train(
+        sentences["train"], out / "tokenizer.model", vocab_size=config.vocab_size, model_type=config.model_type
+    )
+    vocab = TargetVocab(
+        tuple(build_vocab(normalized["train"], keep_tags=config.keep_tags)), tokenizer.vocab_size, config.keep_tags
+    )
+    vocab.save(out / TARGET_VOCAB)
+    summary: dict[str, Any] = {
+        "pieces": tokenizer.vocab_size,
+        "target_tokens": len(vocab.tokens) - len(SPECIALS),
+        "vocab_size": vocab.size,
+        "keep_tags": config.keep_tags,
+        "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+        "options": dataclasses.asdict(config),
+        "splits": {},
+    }
+    for split, trees in raw.items():
+        src = tokenizer.encode(sentences[split])
+        tgt = [vocab.encode(linearize(t, keep_tags=config.keep_tags)) for t in normalized[split]]
+        keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if len(s) <= config.max_len and len(t) <= config.max_len]
+        corpus = ParallelCorpus(
+            TokenArrays.from_lists([src[i] for i in keep]), TokenArrays.from_lists([tgt[i] for i in keep])
+        )
+        corpus.src.save(out / f"{split}.src")
+        corpus.tgt.save(out / f"{split}.tgt")
+        if split == "valid":  # the gold side of EVALB: the trees as read (scored like any gold file), and the words
+            _write_lines(out / "valid.gold.trees", [to_string(trees[i]) for i in keep])
+            _write_lines(out / "valid.words.txt", [sentences[split][i] for i in keep])
+        summary["splits"][split] = _split_summary(files[split], trees, corpus, len(trees) - len(keep))
+    if not len(TokenArrays.load(out / "train.src")):
+        raise DataError(
+            f"{files['train'][0]}: no usable training trees (all longer than data.max_len {config.max_len})"
+        )
+    return summary
+
+
+def _write_lines(path: Path, lines: list[str]) -> None:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def _split_summary(paths: list[Path], trees: list[Tree], corpus: ParallelCorpus, too_long: int) -> dict:
+    def lengths(arr: TokenArrays) -> dict:
+        if not len(arr):
+            return {}
+        p = np.percentile(arr.lengths, [50, 90, 99])
+        return {"p50": int(p[0]), "p90": int(p[1]), "p99": int(p[2]), "max": int(arr.lengths.max())}
+
+    n_tgt = int(corpus.tgt.offsets[-1])
+    return {
+        "files": [str(p) for p in paths],
+        "trees": len(trees),
+        "kept": len(corpus),
+        "dropped": {"too_long": too_long},
+        "src_tokens": int(corpus.src.offsets[-1]),
+        "tgt_tokens": n_tgt,
+        "src_unk_rate": round(float((corpus.src.ids == UNK_ID).sum()) / max(1, int(corpus.src.offsets[-1])), 6),
+        "tgt_unk_rate": round(float((corpus.tgt.ids == UNK_ID).sum()) / max(1, n_tgt), 6),
+        "src_length": lengths(corpus.src),
+        "tgt_length": lengths(corpus.tgt),
+    }
+
+
+def load_parse_data(root: str | Path) -> ParseData:
+    """A folder written by `prepare_trees`."""
+    root = Path(root)
+    try:
+        summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
+        splits = {
+            name: ParallelCorpus(TokenArrays.load(root / f"{name}.src"), TokenArrays.load(root / f"{name}.tgt"))
+            for name in summary["splits"]
+        }
+        data = ParseData(
+            root, Tokenizer(root / "tokenizer.model"), TargetVocab.load(root / TARGET_VOCAB), splits, summary
+        )
+        if "valid" in splits:
+            data.valid_words = [
+                line.split() for line in (root / "valid.words.txt").read_text(encoding="utf-8").splitlines()
+            ]
+            data.valid_gold = read_trees(root / "valid.gold.trees") if len(splits["valid"]) else []
+    except (OSError, KeyError, ValueError) as err:
+        raise DataError(f"{root}: not a prepared parsing data folder ({err})") from None
+    return data
+
+
+def format_summary(summary: dict) -> str:
+    leaves = "POS tags" if summary["keep_tags"] else "XX preterminals"
+    head = (
+        f"data: {summary['pieces']} SentencePiece pieces for the words + {summary['target_tokens']} target "
+        f"tokens ({leaves}) = vocabulary {summary['vocab_size']}"
+    )
+    lines = [head]
+
+    def length(d: dict) -> str:
+        return "/".join(str(v) for v in d.values())
+
+    for split, info in summary["splits"].items():
+        lines.append(
+            f"  {split:<6} {info['kept']:>7,} of {info['trees']:,} trees  tokens {info['src_tokens']:,} / "
+            f"{info['tgt_tokens']:,}  unk {info['src_unk_rate']:.4%} / {info['tgt_unk_rate']:.4%}  length "
+            f"p50/p90/p99/max {length(info['src_length'])} | {length(info['tgt_length'])}  dropped (longer "
+            f"than data.max_len): {info['dropped']['too_long']}"
+        )
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------------- task
+
+
+class ParsingTask(SequenceTask):
+    """Tree data on the translation task's sequence-to-sequence machinery (batches, model, loss), validation loss
+    and F1, and a Parser."""
+
+    name: ClassVar[str] = "parsing"
+    config_class: ClassVar[type] = ParsingRunConfig
+    metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "f1": ("valid_f1", True)}
+
+    def __init__(self, config: ParsingRunConfig, data: ParseData) -> None:
+        self.config, self.data = config, data
+        self.splits = data.splits
+        self.corpus = data.splits["train"]
+        self.has_validation = bool(len(data.splits.get("valid", ())))
+        self.description = f"{len(self.corpus):,} training trees"
+
+    @classmethod
+    def prepare(
+        cls,
+        config: ParsingRunConfig,
+        run_dir: Path,
+        *,
+        main: bool,
+        log: Callable[[str], None],
+        barrier: Callable[[], None],
+    ) -> ParsingTask:
+        """Check config.json against a run being resumed, prepare the data (rank 0 first), then every rank loads it;
+        rank 0 writes the resolved config, the tokenizer and the target vocabulary into the run directory."""
+        run_dir = Path(run_dir)
+        config_path = run_dir / "config.json"
+        if config_path.is_file():
+            same_run(read_run_config(config_path), config)
+        frozen = (run_dir / "tokenizer.model").is_file()
+        if main:
+            prepare_trees(config.data, run_dir / "data", log=log, frozen=frozen)
+        barrier()
+        data = prepare_trees(config.data, run_dir / "data", log=lambda _: None, frozen=True)
+        size = data.vocab.size
+        if config.model.vocab_size and config.model.vocab_size != size:
+            raise ConfigError(
+                f"model.vocab_size is {config.model.vocab_size} but the data in {run_dir / 'data'} "
+                f"has {size} tokens ({data.vocab.offset} pieces + target tokens); leave "
+                "model.vocab_size unset (0)"
+            )
+        config = config.replace(model=dataclasses.replace(config.model, vocab_size=size))
+        if main:
+            save_config(config, config_path)
+            if not (run_dir / "tokenizer.model").is_file():
+                data.vocab.save(run_dir / TARGET_VOCAB)
+                data.tokenizer.copy_to(run_dir / "tokenizer.model")
+        return cls(config, data)
+
+    @torch.no_grad()
+    def validate(self, model: Transformer, device: torch.device) -> dict[str, float]:
+        """Loss and perplexity on the whole valid split; F1 (and the rest of `score_parses`) on its first
+        train.valid_max_sentences trees, parsed with beam train.valid_beam under the tree constraint."""
+        was_training, config = model.training, self.config
+        model.eval()
+        result = self.validation_loss(model, device)
+        n = config.train.valid_max_sentences
+        if n > 0:
+            parsed = self.predictor(model).parse_words(self.data.valid_words[:n], beam=config.train.valid_beam)
+            scores = score_parses(self.data.valid_gold[:n], parsed, tagged=config.data.keep_tags)
+            result.update({f"valid_{k}": v for k, v in scores.items()})
+        model.train(was_training)
+        return result
+
+    def predictor(self, model: Transformer) -> Parser:
+        return Parser(model, self.data.tokenizer, self.data.vocab, decode=self.config.decode)
+
+
+def read_run_config(path: Path) -> ParsingRunConfig:
+    """A parsing run's config.json. A top-level "task" key (the recipe's task name) is allowed and skipped: it
+    names the config class, it is not a section of it."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path}: cannot read the run's config ({err})") from None
+    if isinstance(raw, dict) and raw.get("task", "parsing") != "parsing":
+        raise ConfigError(f"{path}: a {raw['task']} run, not a parsing run")
+    return config_from_dict({k: v for k, v in raw.items() if k != "task"}, ParsingRunConfig)
+
+
+def score_parses(gold: Sequence[Tree | None], test: Sequence[Tree | None], *, tagged: bool = True) -> dict[str, float]:
+    """EVALB figures of parses against gold trees (COLLINS.prm + DELETE_LABEL ROOT, strict): `f1` with the gold POS
+    tags put back into the parses (the usual published setting: brackets are scored, tags are given), `exact` (the
+    complete-match rate in that setting); with `tagged` (the parser outputs POS tags), `f1_tagged` with its own tags
+    and `tag_accuracy`. Without tags ("XX") punctuation cannot be deleted by tag, so only the first two apply."""
+    retagged = [evalb.put_gold_tags(t, g) if t is not None and g is not None else t for t, g in zip(test, gold)]
+    with_gold = evalb.score_corpus(gold, retagged, evalb.default_params(), strict=True)
+    scores = {"f1": with_gold.f1, "exact": with_gold.all.complete_match}
+    if tagged:
+        own = evalb.score_corpus(gold, test, evalb.default_params(), strict=True)
+        scores.update(f1_tagged=own.f1, tag_accuracy=own.all.tagging_accuracy)
+    return scores
+
+
+# ----------------------------------------------------------------------------------------------------------- parser
+
+
+class Parser:
+    """Words in, trees out, in input order: batched beam search under the tree constraint.
+
+    Every output is one well-formed tree whose leaves are exactly the input words (escaped -LRB-/-RRB- where a word
+    holds a bracket); an empty sentence gives no tree."""
+
+    def __init__(
+        self, model: Transformer, tokenizer: Tokenizer, vocab: TargetVocab, *, decode: ParseDecodeConfig | None = None
+    ) -> None:
+        if vocab.size != model.config.vocab_size:
+            raise ValueError(f"the vocabulary has {vocab.size} tokens, the model {model.config.vocab_size}")
+        if vocab.offset != tokenizer.vocab_size:
+            raise ValueError(
+                f"the target vocabulary starts at {vocab.offset}, the tokenizer has {tokenizer.vocab_size} pieces"
+            )
+        self.model, self.tokenizer, self.vocab = model, tokenizer, vocab
+        self.decode = decode or ParseDecodeConfig()
+        self.constraint = vocab.constraint()
+
+    @classmethod
+    def from_run(cls, path: str | Path, *, device: str = "auto") -> Parser:
+        """Config, tokenizer, target vocabulary and weights (safetensors) of a run directory or a weights file."""
+        run_dir, weights = find_weights(path)
+        config = read_run_config(run_dir / "config.json")
+        model = Transformer(config.model)
+        load_weights(model, weights)
+        model.to(pick_device(device)).eval()
+        return cls(
+            model,
+            Tokenizer(run_dir / "tokenizer.model"),
+            TargetVocab.load(run_dir / TARGET_VOCAB),
+            decode=config.decode,
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def parse(
+        self, sentences: Sequence[str], *, beam: int | None = None, alpha: float | None = None, progress: bool = False
+    ) -> list[str]:
+        """Whitespace-tokenized sentences -> one-line PTB trees ("" for an empty sentence), in input order."""
+        return [
+            "" if t is None else to_string(t)
+            for t in self.parse_trees(sentences, beam=beam, alpha=alpha, progress=progress)
+        ]
+
+    def parse_trees(
+        self, sentences: Sequence[str], *, beam: int | None = None, alpha: float | None = None, progress: bool = False
+    ) -> list[Tree | None]:
+        """Like `parse`, as `Tree`s (None for an empty sentence). Raw words are escaped (-LRB-/-RRB-) on the way in."""
+        return self.parse_words(
+            [[escape_word(w) for w in s.split()] for s in sentences], beam=beam, alpha=alpha, progress=progress
+        )
+
+    def _sources(self, sentences: Sequence[list[str]]) -> list[list[int]]:
+        """Piece ids + EOS per sentence; a sentence the model's positions cannot hold is refused (a parse must
+        cover every word, so it cannot be cut as a translation input is)."""
+        limit = self.model.config.max_len - 1
+        ids = self.tokenizer.encode([" ".join(s) for s in sentences]) if sentences else []
+        for i, (words_, pieces) in enumerate(zip(sentences, ids)):
+            if len(pieces) + 1 > limit or len(words_) + 3 > limit:
+                raise DataError(
+                    f"line {i + 1}: {len(words_)} words ({len(pieces)} pieces) do not fit the model's "
+                    f"{self.model.config.max_len} positions; split the sentence"
+                )
+        return [p + [EOS_ID] for p in ids]
+
+    def _batches(self, sources: list[list[int]], todo: list[int], budget: int) -> list[list[int]]:
+        """Sentences by falling length, batched while sentences x longest source x beam stays within `budget`."""
+        order = sorted(todo, key=lambda i: len(sources[i]), reverse=True)
+        batches: list[list[int]] = []
+        for i in order:
+            if batches and len(sources[batches[-1][0]]) * (len(batches[-1]) + 1) <= budget:
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        return batches
+
+    @torch.no_grad()
+    def parse_words(
+        self,
+        sentences: Sequence[list[str]],
+        *,
+        beam: int | None = None,
+        alpha: float | None = None,
+        progress: bool = False,
+    ) -> list[Tree | None]:
+        """Sentences given as lists of words in treebank form -> trees (None for an empty sentence)."""
+        d = self.decode
+        beam = d.beam if beam is None else beam
+        alpha = d.alpha if alpha is None else alpha
+        if beam < 1:
+            raise ConfigError(f"beam must be at least 1, got {beam}")
+        sources = self._sources(sentences)
+        todo = [i for i, s in enumerate(sentences) if s]
+        results: list[Tree | None] = [None] * len(sentences)
+        was_training = self.model.training
+        self.model.eval()
+        bar = tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr, leave=False)
+        try:
+            for batch in self._batches(sources, todo, max(1, d.batch_tokens // beam)):
+                for i, tree in zip(
+                    batch, self._parse_batch([sentences[i] for i in batch], [sources[i] for i in batch], beam, alpha)
+                ):
+                    results[i] = tree
+                bar.update(len(batch))
+        finally:
+            bar.close()
+            self.model.train(was_training)
+        return results
+
+    def _parse_batch(self, sentences: list[list[str]], sources: list[list[int]], beam: int, alpha: float) -> list[Tree]:
+        d = self.decode
+        src = torch.full((len(sources), max(map(len, sources))), PAD_ID, dtype=torch.long)
+        for row, ids in enumerate(sources):
+            src[row, : len(ids)] = torch.tensor(ids)
+        constraint = self.constraint.for_sentences([len(s) for s in sentences])
+        options: dict[str, Any] = {
+            "max_len_a": d.max_len_a,
+            "max_len_b": d.max_len_b,
+            "alpha": alpha,
+            "length_penalty_kind": d.length_penalty,
+            "constraint": constraint,
+        }
+        src = src.to(self.device)
+        found = (
+            greedy_search(self.model, src, **options)
+            if beam == 1
+            else beam_search(self.model, src, beam=beam, **options)
+        )
+        trees = []
+        for words_, hyps in zip(sentences, found):
+            if not hyps:  # the constraint always leaves a way to finish: this would be a bug, not a user error
+                raise RuntimeError(f"the constrained search found no tree for {' '.join(words_)!r}")
+            trees.append(delinearize(self.vocab.decode(hyps[0].tokens), words_))
+        return trees
+
+    def target_ids(self, tree: Tree) -> list[int]:
+        """The target ids of a tree (normalized as for training; labels the model never saw are UNK)."""
+        return self.vocab.encode(linearize(normalize(tree), keep_tags=self.vocab.keep_tags))
+
+    @torch.no_grad()
+    def attention(self, source: str, target: str | None = None) -> AttentionMaps:
+        """Attention weights of a sentence and a tree (one-line PTB; default: the model's own parse): a teacher-forced
+        forward pass over the tree's target tokens gives exactly the weights seen while decoding it. Source pieces
+        end with "</s>"; target tokens are "<s>" then the linearized tree."""
+        words_ = [escape_word(w) for w in source.split()]
+        if not words_:
+            raise ConfigError("the sentence to draw is empty")
+        src_ids = self._sources([words_])[0]
+        tree = self.parse_words([words_])[0] if target is None else parse_tree(target, source="--tgt")
+        assert tree is not None
+        tgt_ids = self.target_ids(tree)[: self.model.config.max_len - 1]
+        was_training = self.model.training
+        self.model.eval()
+        with self.model.recording_attention():
+            self.model(
+                torch.tensor([src_ids], device=self.device), torch.tensor([[BOS_ID] + tgt_ids], device=self.device)
+            )
+        self.model.train(was_training)
+        stack = lambda mods: torch.stack([m.weights[0] for m in mods]).cpu()
+        return AttentionMaps(
+            source_pieces=[self.tokenizer.sp.id_to_piece(int(i)) for i in src_ids[:-1]] + ["</s>"],
+            target_pieces=["<s>"] + self.vocab.decode(tgt_ids),
+            encoder=stack([layer.self_attn for layer in self.model.encoder.layers]),
+            decoder=stack([layer.self_attn for layer in self.model.decoder.layers]),
+            cross=stack([layer.cross_attn for layer in self.model.decoder.layers]),
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------- command
+
+
+def parse_command(
+    run: str | Path,
+    lines: Sequence[str],
+    *,
+    gold_path: str | Path | None = None,
+    beam: int | None = None,
+    alpha: float | None = None,
+    device: str = "auto",
+    progress: bool = False,
+) -> tuple[list[str], str | None]:
+    """`transduce parse RUN [--input FILE] [--gold TREES]`: one tree per input line (an empty line gives ""), and
+    with a gold tree file (one tree per line, line for line with the input) the scores as text: F1 with gold tags put
+    back and with the parser's own tags, exact-match rate, tagging accuracy, then EVALB's summary blocks."""
+    parser = Parser.from_run(run, device=device)
+    gold = None
+    if gold_path is not None:
+        gold_file = resolve_path(gold_path)
+        gold = evalb.read_sentences(gold_file, gold=True)
+        if len(gold) != len(lines):
+            raise DataError(
+                f"{gold_path} has {len(gold)} lines but the input has {len(lines)}; the gold trees "
+                "must be line for line with the sentences"
+            )
+    trees = parser.parse_trees(list(lines), beam=beam, alpha=alpha, progress=progress)
+    output = ["" if t is None else to_string(t) for t in trees]
+    if gold is None:
+        return output, None
+    return output, _gold_report(gold, trees, tagged=parser.vocab.keep_tags, source=str(gold_path))
+
+
+def _gold_report(gold: list, trees: list[Tree | None], *, tagged: bool, source: str) -> str:
+    gold_trees = [g[0] if isinstance(g, list) and len(g) == 1 else g for g in gold]
+    retagged = [
+        evalb.put_gold_tags(t, g) if isinstance(t, Tree) and isinstance(g, Tree) else t
+        for t, g in zip(trees, gold_trees)
+    ]
+    params = evalb.default_params()
+    with_gold = evalb.score_corpus(gold, retagged, params, strict=True)
+    lines = [
+        f"scored against {source}: {len(trees)} sentences (EVALB, COLLINS.prm + DELETE_LABEL ROOT, strict)",
+        f"F1 (gold tags put back)   = {with_gold.f1:6.2f}",
+    ]
+    own = evalb.score_corpus(gold, trees, params, strict=True) if tagged else None
+    if own is not None:
+        lines.append(f"F1 (predicted tags)       = {own.f1:6.2f}")
+    lines.append(f"Exact match               = {with_gold.all.complete_match:6.2f}  (gold tags put back)")
+    if own is not None:
+        lines.append(f"Tagging accuracy          = {own.all.tagging_accuracy:6.2f}")
+    else:
+        lines.append("(the model writes XX for every POS tag: no predicted-tag F1 or tagging accuracy)")
+    lines += ["", "=== EVALB, gold tags put back ===", evalb.format_report(with_gold)]
+    if own is not None:
+        lines += ["=== EVALB, predicted tags ===", evalb.format_report(own)]
+    return "\n".join(lines)
+
+
+__all__ = [
+    "ParseData",
+    "ParseDataConfig",
+    "ParseDecodeConfig",
+    "Parser",
+    "ParsingRunConfig",
+    "ParsingTask",
+    "TargetVocab",
+    "load_parse_data",
+    "parse_command",
+    "prepare_trees",
+    "score_parses",
+]

@@ -1,0 +1,53 @@
+"""The public Python API: `from transduce import Translator, Classifier, train, load_config`, as the README shows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import tiny_recipe
+from test_classify import toy_rows, write_tsv
+
+import transduce
+from transduce import Classifier, Translator, load_config, train
+
+
+def test_train_translate_and_nbest_through_the_public_api(tmp_path, toy_corpus):
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=30, save_every=30)
+    result = train(str(recipe), tmp_path / "run", overrides=["decode.beam=3"], quiet=True)
+    assert result["step"] == 30 and result["stopped"] == "max_steps"
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["task"] == "translation"
+    translator = Translator.from_run(tmp_path / "run")
+    sentences = ["dog cat", "", "the red house"]
+    texts = translator.translate(sentences)
+    assert isinstance(texts, list) and len(texts) == 3 and texts[1] == ""
+    nbest = translator.translate_nbest(sentences, nbest=3)  # the run's beam is 3
+    assert [len(h) for h in nbest] == [3, 0, 3]
+    for hyps in (nbest[0], nbest[2]):
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+    assert [h[0].text for h in nbest if h] == [texts[0], texts[2]]
+    with pytest.raises(TypeError, match="overrides apply to a recipe"):
+        train(load_config(recipe), tmp_path / "run2", overrides=["train.max_steps=1"])
+
+
+def test_a_classification_recipe_trains_through_the_same_entry(tmp_path):
+    data = write_tsv(tmp_path / "train.tsv", toy_rows(200, 0))
+    recipe = tmp_path / "cls.toml"
+    recipe.write_text(
+        f'task = "classification"\n[data]\ntrain = "{data}"\nvocab_size = 60\nmax_len = 32\n'
+        "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 4\nmax_len = 32\n"
+        "[train]\nmax_steps = 3\nmax_tokens = 512\nnum_threads = 1\n"
+    )
+    config = load_config(recipe)
+    assert type(config).__name__ == "ClassifierRunConfig"
+    assert train(config, tmp_path / "run", quiet=True)["step"] == 3
+    classifier = Classifier.from_run(tmp_path / "run")
+    labels = classifier.predict(["a good film", "a bad film"])
+    assert len(labels) == 2 and set(labels) <= {"pos", "neg", "mixed"}
+    assert classifier.predict_proba(["a good film"]).sum().item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_the_package_names_its_api_and_refuses_unknown_names():
+    assert {"Translator", "Classifier", "Parser", "train", "load_config"} <= set(transduce.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'Translater'"):
+        transduce.Translater  # noqa: B018

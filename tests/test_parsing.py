@@ -1,0 +1,341 @@
+"""The parsing task (§6.3): tree data and its cache, the joint vocabulary with fixed target ids, the task's batches
+and loss, the Parser (constrained decoding: every output a tree over the input words), `parse_command` with EVALB
+scores, resume refusals, bad input, and training end to end through the shared loop. Tiny models on a synthetic
+treebank written here, so the tests need no data folder (one test also reads GUM when TRANSDUCE_DATA has it)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import shared_data
+
+from transduce.config import ConfigError, ModelConfig, TrainConfig, config_from_dict, recipes_folder
+from transduce.data import DataError
+from transduce.tasks import trees
+from transduce.tasks.parsing import (
+    ParseDataConfig,
+    ParseDecodeConfig,
+    Parser,
+    ParsingRunConfig,
+    ParsingTask,
+    parse_command,
+)
+from transduce.training.checkpoint import save_weights
+
+DETERMINERS = ["the", "a", "every", "this"]
+NOUNS = ["dog", "cat", "parser", "tree", "river", "teacher", "garden", "letter"]
+VERBS = ["sees", "likes", "writes", "finds", "keeps"]
+ADJECTIVES = ["big", "old", "green", "quiet"]
+PREPOSITIONS = ["in", "near", "with"]
+
+
+def _np(rng: random.Random, depth: int = 0) -> str:
+    words = f"(DT {rng.choice(DETERMINERS)}) "
+    if rng.random() < 0.4:
+        words += f"(JJ {rng.choice(ADJECTIVES)}) "
+    np_ = f"(NP {words}(NN {rng.choice(NOUNS)}))"
+    if depth == 0 and rng.random() < 0.3:
+        np_ = f"(NP {np_} (PP (IN {rng.choice(PREPOSITIONS)}) {_np(rng, depth + 1)}))"
+    return np_
+
+
+def synthetic_tree(rng: random.Random) -> str:
+    """A small English-like tree; some have a bracketed aside, whose brackets are escaped words (-LRB-/-RRB-), and
+    some carry a function tag and a trace that normalization removes."""
+    subject = _np(rng)
+    if rng.random() < 0.2:
+        subject = f"(NP-SBJ-1 {subject} (PRN (-LRB- -LRB-) (NN {rng.choice(NOUNS)}) (-RRB- -RRB-)))"
+    if rng.random() < 0.15:
+        subject = f"(NP-SBJ {subject} (NP (-NONE- *T*-1)))"
+    verb_phrase = f"(VP (VBZ {rng.choice(VERBS)}) {_np(rng)})"
+    return f"(ROOT (S {subject} {verb_phrase} (. .)))"
+
+
+def write_treebank(path: Path, n: int, seed: int) -> Path:
+    rng = random.Random(seed)
+    lines = "".join(synthetic_tree(rng) + "\n" for _ in range(n))
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(lines.encode()))
+    else:
+        path.write_text(lines, encoding="utf-8")
+    return path
+
+
+def tiny_config(train: Path, valid: Path, **train_settings) -> ParsingRunConfig:
+    """A model that runs in milliseconds per step; decoding limits kept small so an untrained model stops soon."""
+    return ParsingRunConfig(
+        model=ModelConfig(n_layers=1, d_model=32, d_ff=64, n_heads=4, dropout=0.0, max_len=96),
+        data=ParseDataConfig(train=(str(train),), valid=str(valid), vocab_size=60, max_len=90),
+        train=TrainConfig(
+            **{
+                "max_tokens": 600,
+                "warmup_steps": 20,
+                "lr_scale": 0.5,
+                "valid_max_sentences": 10,
+                "num_threads": 1,
+                "log_every": 10,
+                **train_settings,
+            }
+        ),
+        decode=ParseDecodeConfig(beam=3, max_len_b=8),
+    )
+
+
+def prepare_run(config: ParsingRunConfig, run: Path) -> ParsingTask:
+    return ParsingTask.prepare(config, run, main=True, log=lambda _: None, barrier=lambda: None)
+
+
+@pytest.fixture(scope="module")
+def treebank(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("treebank")
+    return write_treebank(root / "train.trees.gz", 300, seed=0), write_treebank(root / "dev.trees", 30, seed=1)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, treebank) -> tuple[Path, ParsingTask]:
+    """A prepared run directory with untrained weights saved as its best.safetensors."""
+    run = tmp_path_factory.mktemp("parse") / "run"
+    task = prepare_run(tiny_config(*treebank), run)
+    torch.manual_seed(0)
+    save_weights(task.build_model(), run / "best.safetensors", metadata={"step": 0})
+    return run, task
+
+
+def test_target_vocabulary_has_fixed_ids_after_the_pieces(tiny_run, treebank):
+    run, task = tiny_run
+    vocab, tokenizer = task.data.vocab, task.data.tokenizer
+    assert vocab.offset == tokenizer.vocab_size
+    assert task.config.model.vocab_size == vocab.size == tokenizer.vocab_size + len(vocab.tokens) - 4
+    assert vocab.encode(list(trees.SPECIALS)) == [0, 1, 2, 3]
+    assert [vocab.ids[t] for t in vocab.tokens[4:]] == list(range(vocab.offset, vocab.size))
+    for name in ("config.json", "tokenizer.model", "target_vocab.json"):
+        assert (run / name).is_file()
+    train = [trees.normalize(t) for t in trees.read_trees(treebank[0])]
+    corpus = task.data.splits["train"]
+    assert len(corpus) == len(train)
+    for i in (0, 7, len(train) - 1):
+        target = corpus.tgt[i].tolist()
+        assert min(target) >= vocab.offset  # no word piece, no special, on the target side
+        assert vocab.decode(target) == trees.linearize(train[i])
+        assert max(corpus.src[i].tolist()) < vocab.offset  # words are only ever pieces
+    kinds = task.data.vocab.constraint().kinds
+    assert kinds.numel() == vocab.size and set(kinds[4 : vocab.offset].tolist()) == {0}  # pieces: never on the target
+
+
+def test_collate_and_loss(tiny_run):
+    _, task = tiny_run
+    batches = task.batches(max_tokens=600, seed=1, epoch=0)
+    assert sorted(i for b in batches for i in b.tolist()) == list(range(len(task.corpus)))
+    batch = task.collate(batches[0])
+    rows = len(batches[0])
+    assert batch.src.shape[0] == batch.tgt_in.shape[0] == rows
+    assert batch.n_tokens == int(task.corpus.tgt_lengths[batches[0]].sum()) == batch.target.numel()
+    assert batch.tgt_in.shape[1] * rows <= 600 and batch.src.shape[1] * rows <= 600
+    torch.manual_seed(0)
+    model = task.build_model()
+    loss, nll = task.loss(model, batch, contextlib.nullcontext)
+    assert loss.dim() == 0 and nll.dim() == 0 and torch.isfinite(loss) and torch.isfinite(nll)
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def _leaves(tree_text: str) -> list[str]:
+    return trees.words(trees.parse_tree(tree_text))
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_untrained_parser_gives_one_tree_over_the_words_for_every_sentence(tiny_run, beam):
+    run, _ = tiny_run
+    parser = Parser.from_run(run, device="cpu")
+    sentences = [
+        "the dog sees a cat .",
+        "",
+        "a parser ( big ) keeps every quiet letter near the old river .",
+        "unknownword",
+        "the cat",
+        "  ",
+        "(",
+        "every teacher writes this letter in a garden .",
+    ]
+    out = parser.parse(sentences, beam=beam)
+    assert len(out) == len(sentences)
+    for sentence, tree in zip(sentences, out):
+        if not sentence.strip():
+            assert tree == ""
+            continue
+        assert tree.startswith("(ROOT ")
+        assert _leaves(tree) == [trees.escape_word(w) for w in sentence.split()]
+    parsed = parser.parse_trees(sentences[:2], beam=beam)
+    assert isinstance(parsed[0], trees.Tree) and parsed[1] is None
+
+
+def test_batched_parses_equal_one_at_a_time(tiny_run):
+    run, _ = tiny_run
+    parser = Parser.from_run(run, device="cpu")
+    sentences = ["the dog sees a cat .", "a big old tree .", "this teacher finds the letter in the garden ."]
+    together = parser.parse(sentences, beam=2)
+    alone = [parser.parse([s], beam=2)[0] for s in sentences]
+    assert together == alone
+
+
+def test_parse_command_with_gold_reports_evalb_scores(tiny_run, treebank):
+    run, _ = tiny_run
+    gold = trees.read_trees(treebank[1])
+    lines = [" ".join(trees.unescape_word(w) for w in trees.words(trees.normalize(t))) for t in gold]
+    out, report = parse_command(run, lines, gold_path=treebank[1], beam=1, device="cpu")
+    assert len(out) == len(gold) and all(_leaves(t) == trees.words(trees.normalize(g)) for t, g in zip(out, gold))
+    for expected in (
+        "F1 (gold tags put back)",
+        "F1 (predicted tags)",
+        "Exact match",
+        "Tagging accuracy",
+        "Bracketing FMeasure",
+        "Number of Valid sentence  =     30",
+    ):
+        assert expected in report
+    assert parse_command(run, lines[:2], beam=1, device="cpu")[1] is None
+    with pytest.raises(DataError, match="line for line"):
+        parse_command(run, lines[:3], gold_path=treebank[1], beam=1, device="cpu")
+
+
+def test_validation_reports_loss_and_f1(tiny_run):
+    _, task = tiny_run
+    torch.manual_seed(0)
+    result = task.validate(task.build_model(), torch.device("cpu"))
+    assert {"valid_loss", "valid_ppl", "valid_f1", "valid_f1_tagged", "valid_exact", "valid_tag_accuracy"} <= set(
+        result
+    )
+    assert 0.0 <= result["valid_f1"] <= 100.0
+    assert task.metrics["f1"] == ("valid_f1", True)
+
+
+def test_attention_maps_for_a_parse(tiny_run):
+    run, _ = tiny_run
+    parser = Parser.from_run(run, device="cpu")
+    maps = parser.attention("the dog sees a cat .")
+    assert maps.source_pieces[-1] == "</s>" and maps.target_pieces[0] == "<s>"
+    assert maps.target_pieces[1] == "(ROOT"
+    layers, heads = 1, 4
+    assert maps.cross.shape == (layers, heads, len(maps.target_pieces), len(maps.source_pieces))
+    given = parser.attention(
+        "the dog sees a cat .", "(ROOT (S (NP (DT the) (NN dog)) (VP (VBZ sees) (NP (DT a) (NN cat))) (. .)))"
+    )
+    assert given.target_pieces[1:4] == ["(ROOT", "(S", "(NP"]
+
+
+def test_resume_refuses_changed_tree_file_and_changed_settings(tmp_path, treebank):
+    train = write_treebank(tmp_path / "train.trees", 120, seed=3)
+    config = tiny_config(train, treebank[1])
+    run = tmp_path / "run"
+    prepare_run(config, run)
+    prepare_run(config, run)  # unchanged: the cache is reused
+    with open(train, "a", encoding="utf-8") as f:
+        f.write("(ROOT (S (NP (NN dog)) (VP (VBZ sees)) (. .)))\n")
+    with pytest.raises(DataError, match=f"{train}: its contents changed"):
+        prepare_run(config, run)
+    changed = config.replace(data=dataclasses.replace(config.data, keep_tags=False))
+    with pytest.raises(ConfigError, match="data.keep_tags"):
+        prepare_run(changed, run)
+
+
+def test_bad_tree_input_names_file_and_line(tmp_path, treebank):
+    bad = tmp_path / "bad.trees"
+    bad.write_text("(ROOT (S (NN a)))\n(ROOT (S (NN b)))\n(ROOT (S (NP (NN c))\n", encoding="utf-8")
+    with pytest.raises(trees.TreeError, match=f"{bad}:3: unbalanced brackets"):
+        prepare_run(tiny_config(bad, treebank[1]), tmp_path / "run")
+    with pytest.raises(DataError, match="missing.trees: no such tree file"):
+        prepare_run(tiny_config(tmp_path / "missing.trees", treebank[1]), tmp_path / "run2")
+
+
+def test_config_checks_and_the_shipped_recipe():
+    with pytest.raises(ConfigError, match="max_len_b"):
+        ParseDecodeConfig(max_len_b=2)
+    with pytest.raises(ConfigError, match="data.vocab_size"):
+        ParseDataConfig(vocab_size=4)
+    with pytest.raises(ConfigError, match="data.max_len"):
+        ParsingRunConfig(model=ModelConfig(max_len=128), data=ParseDataConfig(max_len=128))
+    assert (ParseDecodeConfig().beam, ParseDecodeConfig().alpha, ParseDecodeConfig().max_len_b) == (21, 0.3, 300)
+    import tomllib
+
+    raw = tomllib.loads((recipes_folder() / "gum-parse.toml").read_text(encoding="utf-8"))
+    assert raw.pop("task") == "parsing"
+    config = config_from_dict(raw, ParsingRunConfig)
+    assert config.train.max_minutes == 60 and config.data.train == ("gum_const/train.trees.gz",)
+    assert config.data.valid == "gum_const/dev.trees" and config.model.max_len > config.data.max_len
+
+
+def test_prepare_on_gum_trees(tmp_path):
+    gum = shared_data("gum_const")
+    with gzip.open(gum / "train.trees.gz", "rt", encoding="utf-8") as f:
+        head = [next(f) for _ in range(200)]
+    train = tmp_path / "gum200.trees"
+    train.write_text("".join(head), encoding="utf-8")
+    config = tiny_config(train, gum / "dev.trees")
+    config = config.replace(
+        model=dataclasses.replace(config.model, max_len=512),
+        data=dataclasses.replace(config.data, vocab_size=500, max_len=400),
+    )
+    task = prepare_run(config, tmp_path / "run")
+    assert len(task.corpus) == 200 and "(ROOT" in task.data.vocab.tokens
+    summary = task.data.summary["splits"]
+    assert summary["valid"]["trees"] == 438 and summary["valid"]["dropped"]["too_long"] == 0
+    corpus, vocab = task.corpus, task.data.vocab
+    gold = [trees.normalize(trees.parse_tree(line)) for line in head]
+    assert all(vocab.decode(corpus.tgt[i].tolist()) == trees.linearize(gold[i]) for i in range(200))
+
+
+def test_training_end_to_end_then_parse(tmp_path, treebank):
+    from transduce.training.loop import train
+
+    config = tiny_config(*treebank, max_steps=30, valid_every=30, save_every=30, valid_max_sentences=5)
+    result = train(config, tmp_path / "run", quiet=True)
+    assert result["step"] == 30
+    parser = Parser.from_run(tmp_path / "run", device="cpu")
+    out = parser.parse(["the dog sees a cat .", ""])
+    assert _leaves(out[0]) == ["the", "dog", "sees", "a", "cat", "."] and out[1] == ""
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text(encoding="utf-8")
+    assert '"valid_f1"' in metrics
+
+
+def test_run_config_may_name_its_task(tiny_run, tmp_path):
+    import json
+
+    from transduce.tasks.parsing import read_run_config
+
+    run, task = tiny_run
+    raw = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    (tmp_path / "config.json").write_text(json.dumps({**raw, "task": "parsing"}), encoding="utf-8")
+    assert read_run_config(tmp_path / "config.json") == task.config
+    (tmp_path / "config.json").write_text(json.dumps({**raw, "task": "translation"}), encoding="utf-8")
+    with pytest.raises(ConfigError, match="not a parsing run"):
+        read_run_config(tmp_path / "config.json")
+
+
+def test_parse_evalb_and_attention_commands(tiny_run, treebank, tmp_path, capsys):
+    """The command line: `parse` (stdin-free, --words-from-gold), `evalb` on its output, `attention` on a parse."""
+    from transduce.cli import main
+
+    run, _ = tiny_run
+    gold = treebank[1]
+    assert main(["parse", str(run), "--words-from-gold", "--gold", str(gold), "--beam", "2", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    trees = captured.out.splitlines()
+    assert len(trees) == 30 and all(t.startswith("(ROOT") for t in trees)
+    assert "F1 (gold tags put back)" in captured.err
+    (tmp_path / "test.trees").write_text("".join(t + "\n" for t in trees))
+    assert main(["evalb", str(gold), str(tmp_path / "test.trees"), "--strict"]) == 0  # an untrained model mis-tags
+    assert "Bracketing FMeasure" in capsys.readouterr().out
+    assert main(["attention", str(run), "--src", "the dog sees a cat .", "--out", str(tmp_path / "pics")]) == 0
+    assert "target: <s> (ROOT" in capsys.readouterr().out
+    assert (tmp_path / "pics" / "cross_L1.png").is_file()
+    assert main(["parse", str(run), "--words-from-gold"]) == 1
+    assert "needs --gold" in capsys.readouterr().err
