@@ -11,7 +11,7 @@ import torch
 from conftest import tiny_recipe
 from safetensors.torch import load_file
 
-from transduce.config import load_config
+from transduce.config import ConfigError, load_config
 from transduce.data.tokenizer import Tokenizer
 from transduce.training.checkpoint import checkpoint_dirs
 from transduce.training.loop import train
@@ -205,3 +205,21 @@ def test_split_digits_never_puts_two_digits_in_one_piece(tmp_path):
     # without the option the same training text does merge digits: the check above is not vacuous
     merged = Tokenizer.train(NUMBERS, tmp_path / "merged.model", vocab_size=60)
     assert any(sum(c.isdigit() for c in merged.sp.id_to_piece(i)) > 1 for i in range(merged.vocab_size))
+
+
+def test_average_last_averages_the_newest_checkpoints_at_the_end(tmp_path, toy_corpus):
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=8, save_every=2)
+    result = train(load_config(recipe, ["train.average_last=3", "train.keep_last=4"]), tmp_path / "run", quiet=True)
+    assert result["step"] == 8
+    run = tmp_path / "run"
+    assert json.loads((run / "averaged.json").read_text())["averaged"] == [
+        "step-00000004",
+        "step-00000006",
+        "step-00000008",
+    ]
+    weights = [load_file(str(run / "checkpoints" / f"step-0000000{s}" / "model.safetensors")) for s in (4, 6, 8)]
+    averaged = load_file(str(run / "averaged.safetensors"))
+    for name, tensor in averaged.items():
+        assert torch.allclose(tensor, sum(w[name] for w in weights) / 3, atol=1e-6), name
+    with pytest.raises(ConfigError, match="average_last must be between 0 and train.keep_last"):
+        load_config(recipe, ["train.average_last=11"])

@@ -135,6 +135,7 @@ class TrainConfig:
     max_steps: int = 100_000  # total optimizer updates; resuming counts from the saved step
     max_tokens: int = 4096  # per micro-batch, per side, padded tokens
     accumulate: int = 1  # micro-batches per update (and per rank)
+    pad_multiple: int = 1  # pad training batches' lengths up to a multiple of this (8 or 16: bounded GPU shapes)
     lr_schedule: str = "noam"  # "noam" = Eq. 3 x lr_scale; "inverse_sqrt" (fairseq's), "constant" or "linear"
     # (linear: warm-up to peak_lr, then down to 0 at max_steps)
     lr_scale: float = 1.0
@@ -154,6 +155,7 @@ class TrainConfig:
     patience: int = 0  # validations without improvement before stopping; 0 = never stop early
     save_every: int = 1000
     keep_last: int = 5
+    average_last: int = 0  # at the end, average the last N kept checkpoints into RUN/averaged.safetensors (0: no)
     log_every: int = 50
     max_minutes: float = 0.0  # stop (and save) after this much wall-clock time; 0 = no limit
     max_epochs: int = 0  # stop after this many passes over the training data; 0 = no limit
@@ -174,6 +176,7 @@ class TrainConfig:
             )
         for name in (
             "max_steps",
+            "pad_multiple",
             "max_tokens",
             "accumulate",
             "warmup_steps",
@@ -184,6 +187,10 @@ class TrainConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.average_last <= self.keep_last:
+            raise ConfigError(
+                f"train.average_last must be between 0 and train.keep_last ({self.keep_last}), got {self.average_last}"
+            )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
 

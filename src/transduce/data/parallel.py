@@ -104,12 +104,20 @@ class Batch:
         )
 
 
-def collate(corpus: ParallelCorpus, indices: np.ndarray) -> Batch:
+def padded_width(longest: int, multiple: int, limit: int | None) -> int:
+    """`longest` rounded up to a multiple of `multiple` (at most `limit`): with a multiple of 8 or 16, a GPU sees a
+    bounded set of sequence lengths, so its kernels, attention plans and graphs are reused across batches."""
+    width = -(-longest // multiple) * multiple
+    return max(longest, min(width, limit)) if limit is not None else width
+
+
+def collate(corpus: ParallelCorpus, indices: np.ndarray, *, pad_multiple: int = 1, limit: int | None = None) -> Batch:
+    """Padded tensors for the pairs `indices`; lengths padded up to a multiple of `pad_multiple` (<= `limit`)."""
     n = len(indices)
     src_len = corpus.src_lengths[indices]
     tgt_len = corpus.tgt_lengths[indices]
-    src = np.full((n, int(src_len.max())), PAD_ID, dtype=np.int64)
-    tgt_in = np.full((n, int(tgt_len.max())), PAD_ID, dtype=np.int64)
+    src = np.full((n, padded_width(int(src_len.max()), pad_multiple, limit)), PAD_ID, dtype=np.int64)
+    tgt_in = np.full((n, padded_width(int(tgt_len.max()), pad_multiple, limit)), PAD_ID, dtype=np.int64)
     tgt_out = tgt_in.copy()
     for row, i in enumerate(indices):  # a loop over sentences (about 100 per batch), never over tokens
         s, t = corpus.src[i], corpus.tgt[i]

@@ -58,7 +58,9 @@ class SequenceTask:
         )
 
     def collate(self, indices: np.ndarray) -> Batch:
-        return collate(self.corpus, indices)
+        return collate(
+            self.corpus, indices, pad_multiple=self.config.train.pad_multiple, limit=self.config.model.max_len
+        )
 
     def loss(
         self, net, batch: Batch, autocast: Callable[[], AbstractContextManager]

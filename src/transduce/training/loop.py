@@ -29,7 +29,7 @@ from ..data.batching import update_groups
 from ..model import cpu_speed
 from ..outputs import OutputError, claim_folder, exclusive, read_manifest
 from ..tasks.base import Task, task_class
-from .checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint, save_weights
+from .checkpoint import average_run, checkpoint_dirs, load_checkpoint, save_checkpoint, save_weights
 from .distributed import Ranks, all_ranks_sum, broadcast_flag, gather_rng, rank_seed, setup_distributed
 from .optim import build_optimizer, learning_rate
 from .runlog import RunLog
@@ -405,6 +405,10 @@ class Session:
             f"finished at step {state.step} ({state.stopped}); {state.target_tokens:,} {self.task.unit} "
             f"in {self.elapsed():.0f} s; best validation: {state.best}"
         )
+        if self.tc.average_last and self.ranks.main:  # the paper's §6.1: the mean of the last checkpoints
+            last = min(self.tc.average_last, len(checkpoint_dirs(self.run_dir)))
+            out = average_run(self.run_dir, last)
+            self.runlog.text(f"averaged the last {last} checkpoints into {out}")
         self.ranks.barrier()
         return {"step": state.step, "stopped": state.stopped, "best": state.best}
 

@@ -1,0 +1,66 @@
+"""What can be checked on CPU of the GPU work (issue 16): bounded batch shapes, and no host synchronisation inside
+a training update (on CUDA every .item(), float(tensor), bool(tensor) or .tolist() waits for the GPU)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_recipe
+
+from transduce.config import load_config
+from transduce.data import collate
+from transduce.data.parallel import padded_width
+from transduce.tasks.translation import TranslationTask
+from transduce.training.distributed import Ranks
+from transduce.training.loop import Session
+from transduce.training.runlog import RunLog
+
+
+@pytest.fixture
+def task(tmp_path, toy_corpus):
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, dropout=0.0)
+    config = load_config(recipe, ["train.pad_multiple=8"])
+    return TranslationTask.prepare(config, tmp_path / "run", main=True, log=lambda _: None, barrier=lambda: None)
+
+
+def test_padded_width_rounds_up_within_the_limit():
+    assert [padded_width(n, 8, None) for n in (1, 8, 9, 17)] == [8, 8, 16, 24]
+    assert padded_width(61, 8, 64) == 64 and padded_width(62, 8, 63) == 63 and padded_width(63, 8, 60) == 63
+    assert padded_width(13, 1, None) == 13
+
+
+def test_padded_batches_have_bounded_shapes_and_the_same_loss(task):
+    corpus = task.corpus
+    widths = set()
+    torch.manual_seed(0)
+    model = task.build_model().eval()
+    for indices in task.batches(max_tokens=task.config.train.max_tokens, seed=1, epoch=0)[:12]:
+        plain, padded = collate(corpus, indices), task.collate(indices)
+        assert padded.src.size(1) % 8 == 0 and padded.tgt_in.size(1) % 8 == 0
+        widths |= {padded.src.size(1), padded.tgt_in.size(1)}
+        assert (padded.n_tokens, padded.n_real) == (plain.n_tokens, plain.n_real)
+        assert torch.equal(padded.target, plain.target)  # the same target tokens, at other flat positions
+        losses = [task.loss(model, b, contextlib.nullcontext)[0] for b in (plain, padded)]
+        assert torch.allclose(losses[0], losses[1], rtol=1e-5)
+    assert widths <= {8, 16, 24, 32}  # toy sentences: at most 9 words + EOS
+
+
+def test_a_training_update_never_synchronises_with_the_host(task, tmp_path, monkeypatch):
+    run = Session.start(
+        task, task.config.train, tmp_path / "run", Ranks(), torch.device("cpu"), RunLog(tmp_path / "run", enabled=False)
+    )
+    groups = [[ix] for ix in task.batches(max_tokens=task.config.train.max_tokens, seed=1, epoch=0)[:3]]
+    assert run.update(groups[0])  # the first update outside the check (lazy initialisation may read values)
+
+    def host_sync(self, *args, **kwargs):
+        raise AssertionError("a tensor value was read on the host inside the training update")
+
+    for name in ("item", "tolist", "__float__", "__int__", "__bool__"):
+        monkeypatch.setattr(torch.Tensor, name, host_sync)
+    for group in groups[1:]:
+        assert run.update(group)
+    monkeypatch.undo()
+    assert run.state.step == 3 and np.isfinite(float(run.window["loss"]))
