@@ -147,3 +147,37 @@ def test_a_classifier_page_shows_label_and_probabilities(chromium_browser, train
         assert page.locator("table.probabilities caption").text_content() == f"a b c → {label}"
         assert sorted(page.locator("table.probabilities th").all_text_contents()) == ["neg", "pos"]
         page.close()
+
+
+def test_a_parsing_page_draws_the_tree(chromium_browser, tmp_path_factory, tmp_path):
+    from test_serve import untrained_parse_run
+
+    from transduce.tasks.parsing import Parser
+
+    parser = Parser.from_run(untrained_parse_run(tmp_path_factory.mktemp("parse-page")), device="cpu")
+    sentence = "the old dog ( a cat ) sees every tree ."
+    with serving(create_app(parser)) as url:
+        page = open_page(chromium_browser, url)
+        assert page.locator("#input-help").text_content().startswith("One sentence per line, words separated")
+        page.get_by_label("Sentence to parse").fill(sentence)
+        page.get_by_role("button", name="Parse").click()
+        page.wait_for_selector("#parse-trees svg text.tree-word", timeout=10_000)
+        svg = page.get_by_role("img", name=f"Parse tree of: {sentence}")
+        assert svg.locator("text.tree-word").all_text_contents() == sentence.split()  # one leaf per word, in order
+        assert svg.locator("text.tree-label.root").all_text_contents() == ["ROOT"]
+        labels = svg.locator("text.tree-label").count()
+        assert svg.locator("line.tree-edge").count() == labels - 1 + len(sentence.split())  # a tree: one edge per child
+        expected = parser.parse([sentence])[0]
+        assert page.locator("#parse-trees code.bracketed").text_content() == expected
+        page.locator("#heatmap rect.cell").first.wait_for(timeout=10_000)  # the tree's attention, drawn as well
+        page.screenshot(path=str(tmp_path / "parse.png"), full_page=True)
+
+        # the keyboard alone: Enter in the text box parses
+        page.get_by_label("Sentence to parse").fill("a cat finds the river .")
+        page.get_by_label("Sentence to parse").press("Enter")
+        page.get_by_role("img", name="Parse tree of: a cat finds the river .").wait_for(timeout=10_000)
+        words = page.locator("#parse-trees svg text.tree-word").all_text_contents()
+        assert words == ["a", "cat", "finds", "the", "river", "."]
+        assert all(u.startswith(url) for u in page.requested), page.requested  # works offline
+        page.close()
+    assert (tmp_path / "parse.png").stat().st_size > 10_000

@@ -240,6 +240,11 @@ def test_resume_refuses_changed_tree_file_and_changed_settings(tmp_path, treeban
     prepare_run(config, run)  # unchanged: the cache is reused
     with open(train, "a", encoding="utf-8") as f:
         f.write("(ROOT (S (NP (NN dog)) (VP (VBZ sees)) (. .)))\n")
+    assert len(prepare_run(config, run).corpus) == 121  # no checkpoint yet: nothing trained on it, prepared again
+    (run / "checkpoints" / "step-00000001").mkdir(parents=True)  # from the first checkpoint on, the data is frozen
+    (run / "checkpoints" / "step-00000001" / "model.safetensors").write_bytes(b"")
+    with open(train, "a", encoding="utf-8") as f:
+        f.write("(ROOT (S (NP (NN cat)) (VP (VBZ sees)) (. .)))\n")
     with pytest.raises(DataError, match=f"{train}: its contents changed"):
         prepare_run(config, run)
     changed = config.replace(data=dataclasses.replace(config.data, keep_tags=False))
@@ -334,8 +339,10 @@ def test_parse_evalb_and_attention_commands(tiny_run, treebank, tmp_path, capsys
     (tmp_path / "test.trees").write_text("".join(t + "\n" for t in trees))
     assert main(["evalb", str(gold), str(tmp_path / "test.trees"), "--strict"]) == 0  # an untrained model mis-tags
     assert "Bracketing FMeasure" in capsys.readouterr().out
-    assert main(["attention", str(run), "--src", "the dog sees a cat .", "--out", str(tmp_path / "pics")]) == 0
+    assert main(["attention", str(run), "--sentence", "the dog sees a cat .", "--out", str(tmp_path / "pics")]) == 0
     assert "target: <s> (ROOT" in capsys.readouterr().out
     assert (tmp_path / "pics" / "cross_L1.png").is_file()
     assert main(["parse", str(run), "--words-from-gold"]) == 1
-    assert "needs --gold" in capsys.readouterr().err
+    assert "--words-from-gold needs --gold" in capsys.readouterr().err
+    assert main(["parse", str(run), "--scores-only", "--input", str(gold)]) == 1
+    assert "--scores-only needs --gold" in capsys.readouterr().err

@@ -132,7 +132,7 @@ def _copy_corpus_here(e):
 
 
 PREPARE = ["prepare", "--train", "{corpus}/train", "--src", "en", "--tgt", "xx", "--vocab-size", "60"]
-ONE = ["--src", "the dog sees a cat"]
+ONE = ["--sentence", "the dog sees a cat"]
 CASES = {
     # 1. data loss: a destination that exists and is not our own output is refused, whatever is in it
     "prepare into a user's folder": Case(
@@ -177,13 +177,18 @@ CASES = {
     ),
     # 3. unbounded memory
     "attention on a 3,000-character sentence": Case(
-        ["attention", "{run}", "--src", "dog " * 750, "--out", "{tmp}/pics"], ("limited to 100 pieces",)
+        ["attention", "{run}", "--sentence", "dog " * 750, "--out", "{tmp}/pics"], ("limited to 100 pieces",)
     ),
     # 4. average
     "average --last 0": Case(["average", "{run}", "--last", "0"], ("at least 1",)),
     "average --last -3": Case(["average", "{run}", "--last", "-3"], ("at least 1",), keep=("{run}/config.json",)),
     "average --output beside config.json": Case(
         ["average", "{run}", "--output", "{run}/config.safetensors"], ("side file",), keep=("{run}/config.json",)
+    ),
+    "average over a checkpoint's own weights": Case(
+        ["average", "{run}", "--last", "2", "--output", "{run}/checkpoints/step-00000250/model.safetensors"],
+        ("holds other weights",),
+        keep=("{run}/checkpoints/step-00000250/model.safetensors",),
     ),
     "average --output with a JSON name": Case(
         ["average", "{run}", "--output", "{tmp}/avg.json"], ("ending in .safetensors",)
@@ -201,8 +206,8 @@ CASES = {
     "translate --beam 100000": Case(
         ["translate", "{run}", "--input", "{tmp}/text.en", "--beam", "100000"], ("--beam",)
     ),
-    "attention --layer 0": Case(["attention", "{run}", *ONE, "--out", "{tmp}/p", "--layer", "0"], ("layers 1 to",)),
-    "attention --layer 99": Case(["attention", "{run}", *ONE, "--out", "{tmp}/p", "--layer", "99"], ("layers 1 to",)),
+    "attention --layer 0": Case(["attention", "{run}", *ONE, "--out", "{tmp}/p", "--layer", "0"], ("give 1 to",)),
+    "attention --layer 99": Case(["attention", "{run}", *ONE, "--out", "{tmp}/p", "--layer", "99"], ("give 1 to",)),
     "attention --head 99": Case(["attention", "{run}", *ONE, "--out", "{tmp}/p", "--head", "99"], ("heads 0 to",)),
     # 6. late crashes, now found before step 1
     "model.max_len below the data's lengths": Case(
@@ -445,3 +450,24 @@ def test_no_writing_command_destroys_a_sentinel(command, target, env, capsys):
     assert_one_line_error(result)
     assert_kept(sentinel)
     assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_a_resume_without_its_data_cache_is_refused_and_a_refused_start_can_be_retried(env, capsys, tmp_path):
+    recipe = tiny_recipe(tmp_path / "r3.toml", env.corpus, steps=2, save_every=2)
+    refused = transduce(capsys, "train", recipe, "--out", tmp_path / "r", "--set", "model.max_len=6")
+    assert_one_line_error(refused, "model.max_len is 6")
+    assert not (tmp_path / "r" / "checkpoints").exists()
+    assert transduce(capsys, "train", recipe, "--out", tmp_path / "r").code == 0  # retried with the fix: it starts
+    shutil.rmtree(tmp_path / "r" / "data")
+    result = transduce(capsys, "train", recipe, "--out", tmp_path / "r", "--set", "train.max_steps=4")
+    assert_one_line_error(result, "prepared data is missing")
+
+
+def test_a_metrics_line_torn_by_a_kill_does_not_stop_a_resume(env, capsys, tmp_path):
+    recipe = tiny_recipe(tmp_path / "r4.toml", env.corpus, steps=2, save_every=2)
+    assert transduce(capsys, "train", recipe, "--out", tmp_path / "r").code == 0
+    with open(tmp_path / "r" / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "st')
+    assert transduce(capsys, "train", recipe, "--out", tmp_path / "r", "--set", "train.max_steps=4").code == 0
+    lines = (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["step"] <= 4 for line in lines)

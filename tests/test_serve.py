@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -178,14 +179,14 @@ def test_a_model_failure_is_a_json_500():
 
 
 # ---------------------------------------------------------------------------------------------------- batching
-async def _concurrent(app, bodies):
+async def _concurrent(app, bodies, route="/v1/translate", key="translations"):
     """POST all bodies at once through the ASGI app; returns the JSON answers in order."""
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        responses = await asyncio.gather(*(http.post("/v1/translate", json=b) for b in bodies))
+        responses = await asyncio.gather(*(http.post(route, json=b) for b in bodies))
     await app.state.service.batcher.close()
     assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
-    return [r.json()["translations"] for r in responses]
+    return [r.json()[key] for r in responses]
 
 
 def test_concurrent_requests_are_batched_and_equal_one_at_a_time(translator, sentences):
@@ -289,6 +290,159 @@ def test_the_ctranslate2_engine_serves_the_same_translations(trained_run, transl
         got = test_client.post("/v1/translate", json={"text": sentences[:6], "beam": 1}).json()["translations"]
         assert [t["text"] for t in got] == translator.translate(sentences[:6], beam=1)
         assert test_client.post("/v1/attention", json={"text": sentences[0]}).status_code == 404
+
+
+# ---------------------------------------------------------------------------------------------------- parsing
+PARSE_SENTENCES = [
+    "the dog sees a cat .",
+    "every old teacher keeps this letter .",
+    "a parser ( tree ) finds the river near a garden .",  # brackets in words: -LRB- / -RRB- in the tree
+    "The dog barks .",  # words the treebank never had
+    "the cat likes a big green tree in the garden .",
+    "this river writes .",
+]
+
+
+def untrained_parse_run(root: Path) -> Path:
+    """A prepared parsing run on a synthetic treebank with untrained weights (test_parsing's `tiny_run`, built from
+    its helpers): every output of its Parser is still a tree over the input words, which is what serving must keep."""
+    import torch
+    from test_parsing import prepare_run, tiny_config, write_treebank
+
+    from transduce.training.checkpoint import save_weights
+
+    train = write_treebank(root / "train.trees", 200, seed=0)
+    valid = write_treebank(root / "dev.trees", 20, seed=1)
+    task = prepare_run(tiny_config(train, valid), root / "run")
+    torch.manual_seed(0)
+    save_weights(task.build_model(), root / "run" / "best.safetensors", metadata={"step": 0})
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def parse_run(tmp_path_factory):
+    return untrained_parse_run(tmp_path_factory.mktemp("parse-serve"))
+
+
+@pytest.fixture(scope="module")
+def parser(parse_run):
+    from transduce.tasks.parsing import Parser
+
+    return Parser.from_run(parse_run, device="cpu")
+
+
+@pytest.fixture
+def parse_client(parser):
+    with TestClient(create_app(parser, limits=LIMITS)) as test_client:
+        yield test_client
+
+
+def test_parse_answers_one_tree_per_sentence_over_its_words(parse_client, parser):
+    from transduce.tasks.trees import escape_word, parse_tree, words
+
+    info = parse_client.get("/v1/info").json()
+    assert info["task"] == "parsing" and info["attention"] is True
+    assert info["decode_defaults"] == {"beam": parser.decode.beam, "alpha": parser.decode.alpha, "nbest": 1}
+    paths = parse_client.get("/openapi.json").json()["paths"]
+    assert {"/v1/parse", "/v1/attention"} <= set(paths) and "/v1/translate" not in paths
+    text = PARSE_SENTENCES[:3] + [""] + PARSE_SENTENCES[3:]
+    response = parse_client.post("/v1/parse", json={"text": text})
+    assert response.status_code == 200, response.text
+    got = response.json()["trees"]
+    assert len(got) == len(text) and got[3] == {"tree": "", "words": []}
+    for sentence, answer in zip(text, got):
+        if sentence:
+            tree = parse_tree(answer["tree"])
+            assert tree.label == "ROOT"
+            assert words(tree) == [escape_word(w) for w in sentence.split()]  # the leaves, in order
+            assert answer["words"] == sentence.split()
+    assert [t["tree"] for t in got] == parser.parse(text)
+    greedy = parse_client.post("/v1/parse", json={"text": text[:2], "beam": 1, "alpha": 0.0}).json()["trees"]
+    assert [t["tree"] for t in greedy] == parser.parse(text[:2], beam=1, alpha=0.0)
+
+
+@pytest.mark.parametrize(
+    "body, limit",
+    [
+        ({"text": ["a"] * 9}, "max_sentences"),
+        ({"text": ["a", "b" * 201]}, "max_chars"),
+        ({"text": ["a"], "beam": 7}, "max_beam"),
+    ],
+)
+def test_parse_limits_are_422_naming_the_limit(parse_client, body, limit):
+    error = error_of(parse_client.post("/v1/parse", json=body), 422)
+    assert error["limit"] == limit and error["max"] == getattr(LIMITS, limit)
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({"text": ["a"], "nbest": 2}, "nbest: unknown field"),
+        ({"text": ["a"], "beem": 3}, "beem: unknown field"),
+        ({"text": []}, "text:"),
+        ({"text": ["a"], "beam": 0}, "beam:"),
+        ({"text": ["a"], "alpha": -1}, "alpha:"),
+    ],
+)
+def test_bad_parse_requests_are_422_naming_the_field(parse_client, body, fragment):
+    assert fragment in error_of(parse_client.post("/v1/parse", json=body), 422)["message"]
+
+
+def test_a_sentence_longer_than_the_model_is_422_and_spares_the_others(parser):
+    long = " ".join(["a"] * 95)  # 189 characters, but 95 words: a tree over them needs more than 96 positions
+    app = create_app(parser, limits=LIMITS, max_wait_ms=50.0)
+    bodies = [{"text": [PARSE_SENTENCES[0]]}, {"text": ["the cat sees a dog .", long]}]
+
+    async def both():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            answers = await asyncio.gather(*(http.post("/v1/parse", json=b) for b in bodies))
+        await app.state.service.batcher.close()
+        return answers
+
+    fine, refused = asyncio.run(both())
+    assert fine.status_code == 200 and fine.json()["trees"][0]["tree"] == parser.parse(PARSE_SENTENCES[:1])[0]
+    error = error_of(refused, 422)
+    assert error["code"] == "too_long" and "line 2" in error["message"]
+
+
+def test_parse_attention_is_pieces_by_tree_tokens(parse_client, parser):
+    sentence = PARSE_SENTENCES[0]
+    tree = parse_client.post("/v1/parse", json={"text": [sentence]}).json()["trees"][0]["tree"]
+    explicit = parse_client.post("/v1/attention", json={"text": sentence, "target": tree}).json()
+    assert explicit == parse_client.post("/v1/attention", json={"text": sentence}).json()  # default: its parse
+    assert explicit["source_pieces"][-1] == "</s>" and explicit["target_pieces"][:2] == ["<s>", "(ROOT"]
+    assert explicit["layers"] == len(parser.model.decoder.layers) and explicit["heads"] == parser.model.config.n_heads
+    rows, cols = len(explicit["target_pieces"]), len(explicit["source_pieces"])
+    head = explicit["cross"][-1][0]
+    assert len(head) == rows and all(len(row) == cols for row in head)
+    assert all(sum(row) == pytest.approx(1.0, abs=2e-3) for row in head)
+    assert error_of(parse_client.post("/v1/attention", json={"text": "  "}), 422)["code"] == "invalid_request"
+    bad_tree = parse_client.post("/v1/attention", json={"text": sentence, "target": "(ROOT (S"})
+    assert error_of(bad_tree, 422)["code"] == "invalid_request"
+
+
+def test_concurrent_parse_requests_are_batched_and_equal_one_at_a_time(parser):
+    bodies = [{"text": [s]} for s in PARSE_SENTENCES] + [
+        {"text": PARSE_SENTENCES[:2], "beam": 2},
+        {"text": PARSE_SENTENCES[2:4], "beam": 2},
+        {"text": ["", PARSE_SENTENCES[4]]},
+    ]
+    app = create_app(parser, limits=LIMITS, max_wait_ms=50.0)
+    answers = asyncio.run(_concurrent(app, bodies, route="/v1/parse", key="trees"))
+    batcher = app.state.service.batcher
+    assert batcher.requests == len(bodies) and batcher.calls < len(bodies)  # requests shared model calls
+    assert batcher.calls >= 2  # ... but only with equal options: the default beam, and beam 2
+    for body, answer in zip(bodies, answers):
+        alone = [parser.parse([s], beam=body.get("beam"))[0] for s in body["text"]]
+        assert [t["tree"] for t in answer] == alone
+
+
+def test_load_predictor_reads_a_parsing_run(parse_run):
+    predictor, metadata = load_predictor(parse_run, device="cpu")
+    assert type(predictor).__name__ == "Parser" and metadata == {"run": "run"}
+    with pytest.raises(ValueError, match="parsing runs are served with the torch engine only"):
+        load_predictor(parse_run, engine="ctranslate2", device="cpu")
 
 
 # ---------------------------------------------------------------------------------------------------- shutdown

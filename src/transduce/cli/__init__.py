@@ -61,5 +61,5 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         print(f"transduce {args.command}: error: out of memory (try smaller batches or inputs)", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # training has saved a checkpoint by now (train.py)
+    except KeyboardInterrupt:  # training has saved a checkpoint by now (training/loop.py)
         return 130

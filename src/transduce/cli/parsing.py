@@ -29,9 +29,10 @@ def cmd_parse(args) -> int:
     from ..tasks.trees import read_trees, words
 
     check_decoding(args)
+    for option, given in (("--words-from-gold", args.words_from_gold), ("--scores-only", args.scores_only)):
+        if given and not args.gold:
+            raise ConfigError(f"{option} needs --gold TREES")
     if args.words_from_gold:
-        if not args.gold:
-            raise ConfigError("--words-from-gold needs --gold TREES")
         lines = [" ".join(words(tree)) for tree in read_trees(input_path(args.gold), normalized=True)]
     else:
         lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)

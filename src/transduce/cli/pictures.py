@@ -25,7 +25,7 @@ def cmd_attention(args) -> int:
     translator = _attention_source(args.run, args.device)
     _check_picture_input(translator, args.src, args.tgt)
     n_layers = {"encoder": len(translator.model.encoder.layers), "decoder": len(translator.model.decoder.layers)}
-    layers = [_layer_index(layer, min(n_layers.values())) for layer in (args.layer or [-1])]
+    layers = [_layer_index(layer, n_layers) for layer in (args.layer or [-1])]
     heads = translator.model.config.n_heads
     for head in args.head or []:
         if not 0 <= head < heads:
@@ -43,19 +43,25 @@ def cmd_attention(args) -> int:
         labels = maps.source_pieces if kind == "encoder" else maps.target_pieces
         query = _find_token(labels, args.token)
         for layer in layers:
-            out = Path(args.out) / f"token_{kind}_{query}_L{layer + 1}.png"
+            out = Path(args.out) / f"token_{kind}_{query}_L{layer % n_layers[kind] + 1}.png"
             plot_token_attention(maps, query, out, kind=kind, layer=layer)
             print(f"wrote {out}")
     return 0
 
 
-def _layer_index(layer: int, n_layers: int) -> int:
-    """1-based from the start, or negative from the end -> 0-based; 0 and out-of-range layers are refused."""
+def _layer_index(layer: int, n_layers: dict[str, int]) -> int:
+    """1-based from the start -> 0-based; negative (from the end of each stack) is kept, so -1 is the last layer of
+    the encoder and of the decoder even when their depths differ. 0 and layers beyond a stack are refused."""
     from ..config import ConfigError
 
-    if layer == 0 or not -n_layers <= layer <= n_layers:
-        raise ConfigError(f"--layer {layer}: the model has layers 1 to {n_layers} (or -1 to -{n_layers} from the end)")
-    return layer - 1 if layer > 0 else n_layers + layer
+    shallow = min(n_layers.values())
+    if layer == 0 or not -shallow <= layer <= shallow:
+        depths = ", ".join(f"{kind} {n}" for kind, n in n_layers.items())
+        raise ConfigError(
+            f"--layer {layer}: the model's stacks have {depths} layers; give 1 to {shallow} "
+            f"(or -1 to -{shallow} from the end of each)"
+        )
+    return layer - 1 if layer > 0 else layer
 
 
 def _check_picture_input(translator, source: str, target: str | None) -> None:
@@ -63,12 +69,12 @@ def _check_picture_input(translator, source: str, target: str | None) -> None:
     from ..config import ConfigError
     from ..plot import MAX_PIECES
 
-    for side, text in (("--src", source), ("--tgt", target)):
+    for side, text in (("--sentence", source), ("--target", target)):
         if text is None:
             continue
         if not text.strip():
             raise ConfigError(f"{side} is empty")
-        n = _pieces(translator, text, target=side == "--tgt") if len(text) <= 20 * MAX_PIECES else None
+        n = _pieces(translator, text, target=side == "--target") if len(text) <= 20 * MAX_PIECES else None
         if n is None or n >= MAX_PIECES:
             size = f"{len(text):,} characters" if n is None else f"{n} pieces"
             raise ConfigError(
@@ -82,7 +88,7 @@ def _pieces(model, text: str, *, target: bool) -> int:
     if target and hasattr(model, "target_ids"):
         from ..tasks.trees import parse_tree
 
-        return len(model.target_ids(parse_tree(text, source="--tgt")))
+        return len(model.target_ids(parse_tree(text, source="--target")))
     return len(model.tokenizer.encode([text])[0])
 
 
@@ -116,8 +122,9 @@ def cmd_plot(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("attention", help="heatmaps of the attention weights for one sentence")
     p.add_argument("run", help="run directory, or a .safetensors weights file inside one")
-    p.add_argument("--src", required=True, help="the source sentence")
-    p.add_argument("--tgt", help="the target sentence (default: the model's own translation)")
+    # a sentence, not a file (evaluate's --src is a file): --sentence and --target; --src/--tgt still accepted
+    p.add_argument("--sentence", "--src", dest="src", required=True, help="the source sentence itself")
+    p.add_argument("--target", "--tgt", dest="tgt", help="the target sentence or tree (default: the model's own)")
     p.add_argument("--out", required=True, help="folder for the pictures (new, empty, or earlier pictures)")
     p.add_argument(
         "--layer",

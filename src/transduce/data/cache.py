@@ -36,6 +36,11 @@ def reuse_or_build(
     naming the changed file), call build(tmp) to write a fresh cache into a temporary folder, record the key and
     digests in its summary.json, and rename it into place. Returns the new summary."""
     summary_path = out_dir / "summary.json"
+    if frozen and not summary_path.is_file():
+        raise DataError(
+            f"{out_dir}: this run's prepared data is missing; preparing it again could give other token ids than "
+            "the ones its model was trained on: restore the folder, or train into a new --out"
+        )
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
         if summary.get("cache_key") == key:

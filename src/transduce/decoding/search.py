@@ -122,6 +122,7 @@ def beam_search(
     scores[:, 1:] = float("-inf")  # at t = 0 all beams are the same: keep one
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     kept = _Finished.empty(batch, k, device)
+    among_k = torch.arange(2 * k, device=device).lt(k)  # (2k,) the k best of the 2k candidates
 
     for t in range(int(max_len.max())):
         lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (N, V)
@@ -130,11 +131,10 @@ def beam_search(
         top_score, token, origin = _candidates(scores, lprobs, k)  # (B, 2k) each
         # A hypothesis ends only when its EOS ranks among the k best candidates (fairseq's and CTranslate2's rule);
         # EOS candidates ranked k+1..2k are dropped, not finished.
-        is_eos = token.eq(EOS_ID) & top_score.gt(float("-inf")) & torch.arange(2 * k, device=device).lt(k)
+        is_eos = token.eq(EOS_ID) & top_score.gt(float("-inf")) & among_k
         new_norm = torch.where(is_eos, top_score / lp(torch.tensor(float(t + 1), device=device)), float("-inf"))
         hist = tokens[origin.view(-1)].view(sent.numel(), 2 * k, t + 1)[:, :, 1:]  # (B, 2k, t) without BOS
         kept.merge(new_norm, top_score, torch.cat([hist, token.unsqueeze(2)], dim=2))
-
         # Alive: the k best candidates that did not end in EOS.
         scores, pick = top_score.masked_fill(token.eq(EOS_ID), float("-inf")).topk(k, dim=1)  # (B, k)
         alive_rows = origin.gather(1, pick).view(-1)  # (N,)

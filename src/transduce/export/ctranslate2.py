@@ -3,7 +3,7 @@
 `export_ctranslate2(run, out)` describes the model with CTranslate2's model-specification API
 (`ctranslate2.specs.TransformerSpec`: the library validates, quantizes and serialises it; we never write its binary
 format ourselves) and puts beside it the run's SentencePiece model. `CTranslate2Translator` loads such a folder and
-offers the interface of `transduce.translate.Translator` (`translate`, `translate_nbest`).
+offers the interface of `transduce.decoding.translator.Translator` (`translate`, `translate_nbest`).
 
 How our model maps onto the engine's Transformer (CTranslate2's "Transformer" spec, its docs' "Model conversion"):
     - post-LN (`norm_first=False`) is the spec's `pre_norm=False`; pre-LN adds the final LayerNorm of each stack;

@@ -1,4 +1,4 @@
-"""Opt-in speed measures for training on CPU, kept apart so that transformer.py reads as the paper.
+"""Speed measures for training on CPU, kept apart so that transformer.py reads as the paper (train.cpu_speed).
 
 The training loop applies them (`apply`) when it trains on CPU and `train.cpu_speed` is true (the default); they
 change how fast a step runs, not what it computes (dropout draws a different random stream). Each is justified by

@@ -1,12 +1,13 @@
 """The HTTP server: FastAPI routes over a predictor (Translator, Classifier, or any object with their methods).
 
 Routes: `GET /health`, `GET /v1/info`, the task's own routes (`POST /v1/translate` and `POST /v1/attention` for a
-translation model, `POST /v1/classify` for a classifier), the page at `/`, and FastAPI's OpenAPI page at `/docs`.
+translation model, `POST /v1/classify` for a classifier, `POST /v1/parse` and `POST /v1/attention` for a parser), the
+page at `/`, and FastAPI's OpenAPI page at `/docs`.
 Every error is JSON, `{"error": {"code", "message", ...}}`, and an error caused by a limit names it
 (`"limit": "max_sentences", "max": 64`): a client should learn which knob it hit without reading server logs.
 
 A task is an entry in TASKS: how to recognise its predictor, how to run a batch of it, and its routes. Serving a
-new kind of model (a parser, say) is one more entry and one route function.
+new kind of model is one more entry and one route function (the parser was added that way).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ if TYPE_CHECKING:  # imported where used: loading one predictor does not import 
     from ..decoding.translator import Translator
     from ..export.ctranslate2 import CTranslate2Translator
     from ..tasks.classification import Classifier
+    from ..tasks.parsing import Parser
+    from ..tasks.trees import Tree
 
 T = TypeVar("T")
 STATIC_DIR = Path(__file__).parent / "static"
@@ -42,7 +45,7 @@ class Limits:
     max_sentences: int = 64  # texts per request (422)
     max_chars: int = 2000  # characters per text (422)
     max_body_bytes: int = 1_000_000  # request body (413)
-    max_beam: int = 16  # 1 <= nbest <= beam <= max_beam (422)
+    max_beam: int = 16  # 1 <= nbest <= beam <= max_beam (422); the run's own default beam is always allowed
     timeout_s: float = 30.0  # a request not answered by then gets 504
 
 
@@ -95,6 +98,28 @@ class AttentionResponse(BaseModel):
     cross: list[list[list[list[float]]]] = Field(
         description="Encoder-decoder attention (layer, head, target, source); each row sums to 1."
     )
+
+
+class ParseRequest(_Strict):
+    text: list[str] = Field(
+        min_length=1,
+        description="Sentences with words separated by spaces (punctuation as its own word: 'The dog barks .'), "
+        "one tree each, in this order.",
+    )
+    beam: int | None = Field(None, ge=1, description="Beam size (default: the run's, 21 in the paper); 1 = greedy.")
+    alpha: float | None = Field(None, ge=0.0, le=10.0, description="Length-penalty exponent (default: the run's).")
+
+
+class ParsedTree(BaseModel):
+    tree: str = Field(
+        description="The tree in one-line PTB notation ('' for an empty line); brackets in words "
+        "are written -LRB- / -RRB-."
+    )
+    words: list[str] = Field(description="The tree's leaves in order (the input's words; brackets restored).")
+
+
+class ParseResponse(BaseModel):
+    trees: list[ParsedTree]
 
 
 class ClassifyRequest(_Strict):
@@ -202,21 +227,23 @@ def _decode_defaults(predictor: Any) -> DecodeOptions:
     return DecodeOptions(beam=getattr(decode, "beam", 4), alpha=getattr(decode, "alpha", 0.6), nbest=1)
 
 
-def _decode_options(service: Service, request: TranslateRequest) -> DecodeOptions:
+def _decode_options(service: Service, beam: int | None, alpha: float | None, nbest: int = 1) -> DecodeOptions:
+    """A request's options with the run's defaults filled in, checked against the beam bound.
+
+    The bound is max_beam or the run's own default beam, whichever is larger: a parsing run decodes with the
+    paper's beam 21 by default, and a request that asks for nothing must not be refused for the run's settings.
+    """
     defaults = _decode_defaults(service.predictor)
-    beam = defaults.beam if request.beam is None else request.beam
-    alpha = defaults.alpha if request.alpha is None else request.alpha
-    if beam > service.limits.max_beam:
+    beam = defaults.beam if beam is None else beam
+    alpha = defaults.alpha if alpha is None else alpha
+    bound = max(service.limits.max_beam, defaults.beam)
+    if beam > bound:
         raise ApiError(
-            422,
-            "limit_exceeded",
-            f"beam {beam} is above the server's maximum {service.limits.max_beam}",
-            limit="max_beam",
-            max=service.limits.max_beam,
+            422, "limit_exceeded", f"beam {beam} is above the server's maximum {bound}", limit="max_beam", max=bound
         )
-    if request.nbest > beam:
-        raise ApiError(422, "invalid_request", f"nbest ({request.nbest}) must not exceed beam ({beam})")
-    return DecodeOptions(beam=beam, alpha=alpha, nbest=request.nbest)
+    if nbest > beam:
+        raise ApiError(422, "invalid_request", f"nbest ({nbest}) must not exceed beam ({beam})")
+    return DecodeOptions(beam=beam, alpha=alpha, nbest=nbest)
 
 
 def _translation_batch(predictor: Any, batch_tokens: int) -> RunBatch:
@@ -242,7 +269,7 @@ def translation_routes(service: Service) -> APIRouter:
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True)
     async def translate(request: TranslateRequest) -> TranslateResponse:
         """Translate raw sentences; the answer keeps input order. Concurrent requests are decoded together."""
-        options = _decode_options(service, request)
+        options = _decode_options(service, request.beam, request.alpha, request.nbest)
         service.check_texts(request.text)
         results = await service.within_timeout(service.batcher.submit(request.text, options))
         return TranslateResponse(translations=[_translation_out(h, options.nbest) for h in results])
@@ -253,16 +280,22 @@ def translation_routes(service: Service) -> APIRouter:
         async def attention(request: AttentionRequest) -> AttentionResponse:
             """Encoder-decoder attention of one sentence pair (what the page draws)."""
             service.check_texts([request.text] + ([request.target] if request.target is not None else []))
-            return await service.within_timeout(_attention(service, request))
+            return await service.within_timeout(_attention(service, request, _best_translation))
 
     return router
 
 
-async def _attention(service: Service, request: AttentionRequest) -> AttentionResponse:
+def _best_translation(hypotheses: list) -> str:
+    return hypotheses[0].text if hypotheses else ""
+
+
+async def _attention(service: Service, request: AttentionRequest, target_of: Callable[[Any], str]) -> AttentionResponse:
+    """The attention maps of `request` on the model thread; with no target given, the model's own output (decoded
+    through the batcher with default options, so it is exactly what the task's route answers) is the target."""
     target = request.target
     if target is None:
-        hypotheses = (await service.batcher.submit([request.text], _decode_defaults(service.predictor)))[0]
-        target = hypotheses[0].text if hypotheses else ""
+        output = (await service.batcher.submit([request.text], _decode_defaults(service.predictor)))[0]
+        target = target_of(output)
     maps = await service.batcher.call(service.predictor.attention, request.text, target)
     cross = maps.cross.float().round(decimals=4)  # (L, H, T, S); 4 decimals keep the JSON small
     return AttentionResponse(
@@ -304,6 +337,67 @@ def classification_routes(service: Service) -> APIRouter:
     return router
 
 
+# ---------------------------------------------------------------------------------------------------- parsing
+def _parsed(tree: Tree | None) -> ParsedTree:
+    """One answer of /v1/parse: the tree's one-line string and its leaves with brackets restored, so a client can
+    check or show the words without reading PTB escapes."""
+    from ..tasks.trees import to_string, unescape_word, words
+
+    if tree is None:  # an empty input line
+        return ParsedTree(tree="", words=[])
+    return ParsedTree(tree=to_string(tree), words=[unescape_word(w) for w in words(tree)])
+
+
+def _parsing_batch(predictor: Any, batch_tokens: int) -> RunBatch:
+    """The parser batches a model call by its own budget (pieces x beam, decode.batch_tokens); the server's budget
+    only decides which requests share the call. Trees become strings here, on the model thread."""
+
+    def run(texts: list[str], options: Hashable) -> list:
+        assert isinstance(options, DecodeOptions)
+        return [_parsed(tree) for tree in predictor.parse_trees(texts, beam=options.beam, alpha=options.alpha)]
+
+    return run
+
+
+def _parse_tree_string(output: ParsedTree) -> str:
+    return output.tree
+
+
+def parsing_routes(service: Service) -> APIRouter:
+    """POST /v1/parse, and POST /v1/attention (sentence pieces x the tree's tokens: one teacher-forced forward pass,
+    as cheap as a translation's). A sentence the model's positions cannot hold is refused (422): a parse must cover
+    every word, so it cannot be cut as a translation's input is."""
+    from ..data.text import DataError
+
+    router = APIRouter(tags=["parsing"])
+
+    @router.post("/v1/parse", response_model=ParseResponse)
+    async def parse(request: ParseRequest) -> ParseResponse:
+        """One tree per sentence, in input order, each over exactly the sentence's words. Concurrent requests with
+        equal options are decoded together."""
+        options = _decode_options(service, request.beam, request.alpha)
+        service.check_texts(request.text)
+        try:
+            trees = await service.within_timeout(service.batcher.submit(request.text, options))
+        except DataError as error:  # too long for the model (raised for this request alone: see the batcher)
+            raise ApiError(422, "too_long", f"text: {error}") from None
+        return ParseResponse(trees=trees)
+
+    if hasattr(service.predictor, "attention"):
+
+        @router.post("/v1/attention", response_model=AttentionResponse)
+        async def attention(request: AttentionRequest) -> AttentionResponse:
+            """Encoder-decoder attention of a sentence and a tree (`target`: one-line PTB; default: the model's
+            parse). Target tokens are <s> then the linearised tree: brackets, labels and tags."""
+            service.check_texts([request.text] + ([request.target] if request.target is not None else []))
+            try:
+                return await service.within_timeout(_attention(service, request, _parse_tree_string))
+            except ValueError as error:  # an empty sentence, a malformed tree, a sentence too long
+                raise ApiError(422, "invalid_request", str(error)) from None
+
+    return router
+
+
 # ---------------------------------------------------------------------------------------------------- tasks
 @dataclass(frozen=True)
 class TaskSpec:
@@ -315,7 +409,7 @@ class TaskSpec:
     describe: Callable[[Any], dict[str, Any]]  # what /v1/info adds for this task (the page reads it)
 
 
-# Checked in this order; a parser (POST /v1/parse) will be one more entry here.
+# Checked in this order: the first whose `serves` accepts the predictor serves it.
 TASKS: dict[str, TaskSpec] = {
     "classification": TaskSpec(
         lambda p: hasattr(p, "predict_proba") and hasattr(p, "labels"),
@@ -327,6 +421,12 @@ TASKS: dict[str, TaskSpec] = {
         lambda p: hasattr(p, "translate_nbest"),
         _translation_batch,
         translation_routes,
+        lambda p: {"decode_defaults": asdict(_decode_defaults(p)), "attention": hasattr(p, "attention")},
+    ),
+    "parsing": TaskSpec(
+        lambda p: hasattr(p, "parse_trees"),
+        _parsing_batch,
+        parsing_routes,
         lambda p: {"decode_defaults": asdict(_decode_defaults(p)), "attention": hasattr(p, "attention")},
     ),
 }
@@ -533,15 +633,20 @@ def _run_config(run: str | Path, engine: str) -> tuple[str, dict[str, Any]]:
 
 
 def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "auto") -> tuple[Any, dict[str, Any]]:
-    """The predictor for a run directory (a classifier run has a "head" section; engine "ctranslate2" also takes
-    an export folder) and what /v1/info should tell of it."""
+    """The predictor for a run directory (a parsing run's config says `"task": "parsing"`, a classifier run has a
+    "head" section; engine "ctranslate2" also takes an export folder) and what /v1/info should tell of it."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
     name, config = _run_config(run, engine)
-    predictor: Classifier | CTranslate2Translator | Translator
-    if "head" in config:
-        if engine != "torch":
-            raise ValueError("classifier runs are served with the torch engine only")
+    predictor: Classifier | CTranslate2Translator | Parser | Translator
+    kind = "parsing" if config.get("task") == "parsing" else "classifier" if "head" in config else None
+    if kind is not None and engine != "torch":  # the export knows only plain translation models
+        raise ValueError(f"{kind} runs are served with the torch engine only")
+    if kind == "parsing":
+        from ..tasks.parsing import Parser
+
+        predictor = Parser.from_run(run, device=device)
+    elif kind == "classifier":
         from ..tasks.classification import Classifier
 
         predictor = Classifier.from_run(run, device=device)

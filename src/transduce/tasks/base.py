@@ -109,3 +109,11 @@ def same_run(saved: Any, new: Any, sections: tuple[str, ...] = ("model", "data")
                 f"({', '.join(f'{section}.{k}: {a[k]!r} -> {b[k]!r}' for k in changed)}); "
                 "use a new --out to train a different model"
             )
+
+
+def has_trained(run_dir: Path) -> bool:
+    """Whether the run has saved a checkpoint: from then on its settings and data are frozen (a run refused before
+    step 1 may still be started again with other settings)."""
+    from ..training.checkpoint import checkpoint_dirs
+
+    return bool(checkpoint_dirs(run_dir))

@@ -2,8 +2,8 @@
 
 Data: TSV (`text<TAB>label`, the label in the last column) or JSONL (`{"text": ..., "label": ...}`), plain or
 .gz. A SentencePiece vocabulary is trained on the training texts; sequences are cut to `data.max_len` tokens from
-the start (or, with `data.truncate = "end"`, keep the end). Training runs through train.run_training, the same loop
-(checkpoints, exact resume, progress, early stopping) as translation, with a `ClassificationTask`.
+the start (or, with `data.truncate = "end"`, keep the end). Training runs through the same loop as every task
+(training/loop.py: checkpoints, exact resume, progress, early stopping), with a `ClassificationTask`.
 """
 
 from __future__ import annotations
@@ -24,14 +24,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig, TrainConfig, read_config, save_config
-from ..data import DataError, TokenArrays, file_digest, read_lines, resolve_path
+from ..data import DataError, TokenArrays, file_digest, read_lines, resolve_path, reuse_or_build
 from ..data.batching import make_batches
 from ..data.tokenizer import BOS_ID, PAD_ID, Tokenizer
 from ..decoding.translator import pick_device
 from ..model import Encoder, init_parameters
-from ..outputs import atomic_folder
+from ..outputs import atomic_write_text
 from ..training.checkpoint import find_weights, load_weights
+from .base import has_trained
 
+LABELS = "labels.json"  # RUN/labels.json: the class names, in the order of the model's outputs
 POOLINGS = ("mean", "cls", "flatten")
 
 
@@ -238,61 +240,47 @@ def _cache_key(config: ClassifierRunConfig) -> tuple[str, dict[str, str]]:
 def prepare_classification(
     config: ClassifierRunConfig, out_dir: Path, log=print, frozen: bool = False
 ) -> tuple[Tokenizer, list[str], dict]:
-    """Train the vocabulary, map labels to ids, encode train/valid(/test); cached like translation data.
-
-    `frozen` (a run being resumed): a cache whose inputs changed is refused, naming the file, not prepared again.
-    """
-    from ..data import changed_inputs
-
-    d = config.data
+    """Train the vocabulary, map labels to ids, encode train/valid(/test); cached like every task's data
+    (data/cache.py: reused while unchanged; `frozen`, a run being resumed: a changed or missing cache is refused)."""
     key, digests = _cache_key(config)
-    summary_path = out_dir / "summary.json"
-    cached = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    if cached.get("cache_key") == key:
-        log(f"data: reusing the cache in {out_dir} (key {key})")
-        return Tokenizer(out_dir / "tokenizer.model"), cached["labels"], cached
-    if cached and frozen:
-        raise DataError(
-            f"{changed_inputs(cached, digests)} since this run prepared its data in {out_dir}; "
-            "the model was trained on that data: restore it, or train into a new --out"
+    summary = reuse_or_build(out_dir, key, digests, lambda tmp: _encode_labelled(config, tmp), frozen=frozen, log=log)
+    if summary is not None:
+        log(
+            "data: "
+            + ", ".join(f"{k} {v['rows']:,} rows" for k, v in summary["splits"].items())
+            + f"; labels {summary['labels']}; vocabulary {summary['vocab_size']}"
         )
+    summary = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
+    return Tokenizer(out_dir / "tokenizer.model"), summary["labels"], summary
+
+
+def _encode_labelled(config: ClassifierRunConfig, tmp: Path) -> dict[str, Any]:
+    """Write the tokenizer, each split's token ids and label ids into `tmp`; returns the summary."""
+    d = config.data
     splits, classes = _labelled_splits(config)
-    with atomic_folder(out_dir, "data") as tmp:
-        tokenizer = Tokenizer.train(
-            iter(splits["train"][0]),
-            tmp / "tokenizer.model",
-            vocab_size=d.vocab_size,
-            model_type=d.model_type,
-            lowercase=d.lowercase,
-            max_sentences=200_000,
-        )
-        summary: dict[str, Any] = {  # summary.json
-            "cache_key": key,
-            "inputs": digests,
-            "labels": classes,
-            "vocab_size": tokenizer.vocab_size,
-            "splits": {},
-        }
-        index = {c: i for i, c in enumerate(classes)}
-        for name, (split_texts, split_labels) in splits.items():
-            unknown = sorted(set(split_labels) - set(index))
-            if unknown:
-                raise DataError(f"{name} data has labels not seen in training: {unknown}")
-            tokens = encode_texts(tokenizer, split_texts, d, cls=config.head.pooling == "cls")
-            tokens.save(tmp / name)
-            np.save(tmp / f"{name}.labels.npy", np.array([index[x] for x in split_labels]), allow_pickle=False)
-            summary["splits"][name] = {
-                "rows": len(split_texts),
-                "tokens": int(tokens.offsets[-1]),
-                "per_label": {c: split_labels.count(c) for c in classes},
-            }
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    log(
-        "data: "
-        + ", ".join(f"{k} {v['rows']:,} rows" for k, v in summary["splits"].items())
-        + f"; labels {classes}; vocabulary {tokenizer.vocab_size}"
+    tokenizer = Tokenizer.train(
+        iter(splits["train"][0]),
+        tmp / "tokenizer.model",
+        vocab_size=d.vocab_size,
+        model_type=d.model_type,
+        lowercase=d.lowercase,
+        max_sentences=200_000,
     )
-    return Tokenizer(out_dir / "tokenizer.model"), classes, summary
+    summary: dict[str, Any] = {"labels": classes, "vocab_size": tokenizer.vocab_size, "splits": {}}
+    index = {c: i for i, c in enumerate(classes)}
+    for name, (split_texts, split_labels) in splits.items():
+        unknown = sorted(set(split_labels) - set(index))
+        if unknown:
+            raise DataError(f"{name} data has labels not seen in training: {unknown}")
+        tokens = encode_texts(tokenizer, split_texts, d, cls=config.head.pooling == "cls")
+        tokens.save(tmp / name)
+        np.save(tmp / f"{name}.labels.npy", np.array([index[x] for x in split_labels]), allow_pickle=False)
+        summary["splits"][name] = {
+            "rows": len(split_texts),
+            "tokens": int(tokens.offsets[-1]),
+            "per_label": {c: split_labels.count(c) for c in classes},
+        }
+    return summary
 
 
 def load_split(root: Path, name: str) -> LabelledSplit:
@@ -339,9 +327,9 @@ class ClassificationTask:
         """Check a resumed run's settings, prepare the data (rank 0, then the others read its cache), fill in the
         vocabulary size and the classes, write config.json and the tokenizer."""
         saved = run_dir / "config.json"
-        if saved.is_file():
+        frozen = has_trained(run_dir)
+        if frozen:
             _same_classifier_run(read_config(saved, ClassifierRunConfig), config)
-        frozen = (run_dir / "tokenizer.model").is_file()
         if main:
             prepare_classification(config, run_dir / "data", log=log, frozen=frozen)
         barrier()
@@ -359,7 +347,9 @@ class ClassificationTask:
         )
         if main:
             save_config(config, saved)
-            tokenizer.copy_to(run_dir / "tokenizer.model")
+            if not frozen:
+                tokenizer.copy_to(run_dir / "tokenizer.model")
+                atomic_write_text(run_dir / LABELS, json.dumps(classes) + "\n")  # the run loads without data/
         return cls(config, run_dir / "data")
 
     def predictor(self, model: TransformerClassifier) -> Classifier:
@@ -464,7 +454,11 @@ class Classifier:
         config = read_config(run_dir / "config.json", ClassifierRunConfig)
         model = TransformerClassifier(config.model, config.head, max_len=config.data.max_len)
         load_weights(model, weights)
-        labels = json.loads((run_dir / "data" / "summary.json").read_text())["labels"]
+        labels_file = run_dir / LABELS  # runs made before it existed: the data cache's summary
+        labels = json.loads(
+            labels_file.read_text() if labels_file.is_file() else (run_dir / "data" / "summary.json").read_text()
+        )
+        labels = labels if isinstance(labels, list) else labels["labels"]
         return cls(model.to(pick_device(device)).eval(), Tokenizer(run_dir / "tokenizer.model"), labels, config)
 
     def predict_proba(self, texts: list[str]) -> Tensor:

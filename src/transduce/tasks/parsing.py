@@ -38,6 +38,7 @@ from ..config import (
     ModelConfig,
     TrainConfig,
     config_from_dict,
+    read_config,
     save_config,
 )
 from ..data import (
@@ -57,7 +58,7 @@ from ..model import Transformer
 from ..outputs import atomic_write_text
 from ..training.checkpoint import find_weights, load_weights
 from . import evalb
-from .base import same_run
+from .base import has_trained, same_run
 from .translation import SequenceTask
 from .trees import (
     OPEN_PREFIX,
@@ -432,9 +433,9 @@ class ParsingTask(SequenceTask):
         rank 0 writes the resolved config, the tokenizer and the target vocabulary into the run directory."""
         run_dir = Path(run_dir)
         config_path = run_dir / "config.json"
-        if config_path.is_file():
-            same_run(read_run_config(config_path), config)
-        frozen = (run_dir / "tokenizer.model").is_file()
+        frozen = has_trained(run_dir)
+        if frozen:
+            same_run(read_config(config_path, ParsingRunConfig), config)
         if main:
             prepare_trees(config.data, run_dir / "data", log=log, frozen=frozen)
         barrier()
@@ -449,7 +450,7 @@ class ParsingTask(SequenceTask):
         config = config.replace(model=dataclasses.replace(config.model, vocab_size=size))
         if main:
             save_config(config, config_path)
-            if not (run_dir / "tokenizer.model").is_file():
+            if not frozen:
                 data.vocab.save(run_dir / TARGET_VOCAB)
                 data.tokenizer.copy_to(run_dir / "tokenizer.model")
         return cls(config, data)

@@ -20,7 +20,7 @@ from ..decoding.translator import Translator
 from ..metrics import score
 from ..model import Transformer
 from ..training.loss import label_smoothed_nll
-from .base import same_run
+from .base import has_trained, same_run
 
 
 class SequenceTask:
@@ -118,11 +118,12 @@ class TranslationTask(SequenceTask):
     ) -> TranslationTask:
         """Check config.json against a run being resumed, prepare the data (rank 0 first), copy the tokenizer.
 
-        Once a run has its tokenizer, its data is frozen: inputs whose contents changed are refused."""
+        Once a run has saved a checkpoint, its settings and data are frozen: inputs whose contents changed are
+        refused."""
         config_path = run_dir / "config.json"
-        if config_path.is_file():
+        frozen = has_trained(run_dir)
+        if frozen:
             same_run(read_config(config_path, Config), config)
-        frozen = (run_dir / "tokenizer.model").is_file()
         if main:
             prepare(config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=log, frozen=frozen)
         barrier()
@@ -139,7 +140,7 @@ class TranslationTask(SequenceTask):
         config = config.replace(model=dataclasses.replace(config.model, vocab_size=vocab))
         if main:
             save_config(config, config_path)
-            if not (run_dir / "tokenizer.model").is_file():
+            if not frozen:
                 data.tokenizer.copy_to(run_dir / "tokenizer.model")
         return cls(config, data)
 

@@ -212,6 +212,8 @@ def check_weights_target(out: Path, sidecar_key: str) -> None:
     side = out.with_suffix(".json")
     if side.exists() and not _is_own_sidecar(side, sidecar_key):
         raise OutputError(f"{out}: its side file {side} exists and was not written by transduce; choose another name")
+    if out.exists() and not side.exists():  # ours but of another kind: a checkpoint's weights, best.safetensors, ...
+        raise OutputError(f"{out}: holds other weights of this run (not an average); choose another name")
 
 
 def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -> Path:

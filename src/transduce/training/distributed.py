@@ -66,10 +66,10 @@ def all_ranks_sum(value: float, ranks: Ranks, device: torch.device) -> float:
     return float(total)
 
 
-def broadcast_flag(flag: bool, ranks: Ranks) -> bool:
-    """Rank 0's decision (stop early), on every rank."""
+def broadcast_flag(flag: bool, ranks: Ranks, device: torch.device) -> bool:
+    """Rank 0's decision (stop early, time is up), on every rank (on `device`: NCCL takes CUDA tensors only)."""
     if ranks.world_size == 1:
         return flag
-    verdict = torch.tensor([float(flag)])
+    verdict = torch.tensor([float(flag)], device=device)
     dist.broadcast(verdict, src=0)
     return bool(verdict[0])

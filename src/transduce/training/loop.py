@@ -27,7 +27,7 @@ from tqdm import tqdm
 from ..config import ConfigError, TrainConfig
 from ..data.batching import update_groups
 from ..model import cpu_speed
-from ..outputs import OutputError, claim_folder, exclusive, read_manifest
+from ..outputs import OutputError, claim_folder, exclusive, read_manifest, write_manifest
 from ..tasks.base import Task, task_class
 from .checkpoint import average_run, checkpoint_dirs, load_checkpoint, save_checkpoint, save_weights
 from .distributed import Ranks, all_ranks_sum, broadcast_flag, gather_rng, rank_seed, setup_distributed
@@ -75,6 +75,8 @@ def open_run(run_dir: Path, ranks: Ranks, task: str):
     if not ranks.main:
         yield
         return
+    if read_manifest(run_dir) is None and (run_dir / "config.json").is_file() and checkpoint_dirs(run_dir):
+        write_manifest(run_dir, "run", task=task)  # a run made before manifests existed: adopt it
     claim_folder(run_dir, "run", task=task)
     manifest = read_manifest(run_dir) or {}
     if manifest.get("task", task) != task:
@@ -131,12 +133,13 @@ def run_training(
                     tc.max_steps, state.step - state.update_in_epoch + (tc.max_epochs - state.epoch) * len(groups)
                 )
             for u in range(state.update_in_epoch, len(groups)):
-                if not run.update(groups[u]):
-                    continue  # skipped (out of GPU memory)
+                updated = run.update(groups[u])  # False: skipped (out of GPU memory), the data moves on all the same
                 state.update_in_epoch = u + 1
                 epoch_end = u + 1 == len(groups)
                 if epoch_end:
                     state.finish_epoch()
+                if not updated:
+                    continue
                 bar.update(1)
                 if run.after_update(epoch_end, bar):
                     break
@@ -352,7 +355,7 @@ class Session:
                 + (" (best so far)" if better else f" (no improvement for {state.bad_validations})")
             )
             stop = tc.patience > 0 and state.bad_validations >= tc.patience
-        if broadcast_flag(stop, self.ranks):
+        if broadcast_flag(stop, self.ranks, self.device):
             state.stopped = "early_stop"
 
     def save(self, reason: str, collective: bool = True) -> None:
@@ -388,15 +391,17 @@ class Session:
         return False
 
     def check_time_limit(self, last: bool) -> None:
-        """Past train.max_minutes: validate the final weights (unless just done) and save them (unless just done)."""
+        """Past train.max_minutes (rank 0's clock decides, for every rank): validate and save the final weights,
+        unless this step already did."""
         state, tc = self.state, self.tc
-        if not tc.max_minutes or self.elapsed() < tc.max_minutes * 60 or state.stopped:
+        if not tc.max_minutes or state.stopped:
             return
-        state.stopped = "max_minutes"
+        if not broadcast_flag(self.elapsed() >= tc.max_minutes * 60, self.ranks, self.device):
+            return
         if self.task.has_validation and state.step % tc.valid_every and not last:
             self.validate()
-            state.stopped = "max_minutes"
-        if state.step % tc.save_every:
+        state.stopped = "max_minutes"
+        if state.step % tc.save_every and not last:
             self.save("time limit")
 
     def finish(self) -> dict:

@@ -47,5 +47,14 @@ class RunLog:
         path = self.run_dir / "metrics.jsonl"
         if self.enabled and path.is_file():
             lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            kept = [line for line in lines if json.loads(line).get("step", 0) <= step]
+            kept = [line for line in lines if _step_of(line) <= step]
             atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _step_of(line: str) -> float:
+    """A metrics line's step; a line torn by a kill during the write counts as past every step (dropped)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return float("inf")
+    return record.get("step", 0) if isinstance(record, dict) else float("inf")

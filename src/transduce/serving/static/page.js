@@ -37,13 +37,19 @@ async function runTranslation(lines) {
   const result = await postJson("/v1/translate", {text: lines, beam, nbest});
   showTranslations(result.translations);
   const first = result.translations[0];
-  if (info.attention && first) {
-    attention = await postJson("/v1/attention", {text: lines[0], target: first.text});
-    fillSelect($("layer"), attention.layers, attention.layers - 1);
-    fillSelect($("head"), attention.heads, 0);
-    drawHeatmap();
-    $("attention-result").hidden = false;
-  }
+  if (first) await showAttention(lines[0], first.text);
+}
+
+// The heatmap of one sentence and the model's output for it (where the server offers attention). A target longer
+// than the server takes is left out: the server then recomputes it, the same output by the same defaults.
+async function showAttention(text, target) {
+  if (!info.attention) return;
+  const body = target.length <= info.limits.max_chars ? {text, target} : {text};
+  attention = await postJson("/v1/attention", body);
+  fillSelect($("layer"), attention.layers, attention.layers - 1);
+  fillSelect($("head"), attention.heads, 0);
+  drawHeatmap();
+  $("attention-result").hidden = false;
 }
 
 function showTranslations(translations) {
@@ -146,12 +152,116 @@ async function runClassification(lines) {
   $("classification-result").hidden = false;
 }
 
+// ----------------------------------------------------------------------------------------------- parsing
+async function runParsing(lines) {
+  const result = await postJson("/v1/parse", {text: lines});
+  const box = $("parse-trees");
+  box.replaceChildren();
+  result.trees.forEach((parsed, i) => box.append(treeFigure(lines[i], parsed, i)));
+  $("parse-result").hidden = false;
+  const first = result.trees[0];
+  if (first && first.tree) await showAttention(lines[0], first.tree);
+}
+
+// One sentence's tree: the SVG drawing in a scrollable box (focusable, so the keyboard can scroll a wide tree),
+// then the bracketed string as text, which screen readers get as the drawing's description.
+function treeFigure(sentence, parsed, index) {
+  const figure = element("figure", undefined, "parse");
+  const code = element("code", parsed.tree || "(no tree: the line is empty)", "bracketed");
+  code.id = `tree-text-${index}`;
+  const caption = element("figcaption");
+  caption.append(code);
+  const root = readTree(parsed.tree);
+  if (root) {
+    const scroller = element("div", undefined, "tree-box");
+    scroller.tabIndex = 0;
+    scroller.setAttribute("role", "region");
+    scroller.setAttribute("aria-label", `Tree ${index + 1} (scrolls sideways when wide)`);
+    const svg = drawTree(root);
+    svg.setAttribute("aria-label", `Parse tree of: ${sentence}`);
+    svg.setAttribute("aria-describedby", code.id);
+    scroller.append(svg);
+    figure.append(scroller);
+  }
+  figure.append(caption);
+  return figure;
+}
+
+// A one-line PTB tree -> {label, children} with words as {word} leaves (-LRB-/-RRB- shown as brackets again);
+// null for "" (an empty line). The server only sends well-formed trees, so this reader does not check them.
+function readTree(text) {
+  const tokens = text.match(/\(|\)|[^\s()]+/g) || [];
+  let pos = 0;
+  function constituent() {
+    pos++;  // "("
+    const label = tokens[pos] !== "(" && tokens[pos] !== ")" ? tokens[pos++] : "";
+    const children = [];
+    while (pos < tokens.length && tokens[pos] !== ")") {
+      if (tokens[pos] === "(") children.push(constituent());
+      else children.push({word: tokens[pos++].replaceAll("-LRB-", "(").replaceAll("-RRB-", ")")});
+    }
+    pos++;  // ")"
+    return {label, children};
+  }
+  return tokens[0] === "(" ? constituent() : null;
+}
+
+// Layout: each word gets a column as wide as it (or its tag) needs, left to right in sentence order; a
+// constituent sits centred over its first and last child, one level per depth; words share the bottom row so
+// the sentence reads across. Edges go from a label's foot to its child's head.
+function layoutTree(root) {
+  const charWidth = 8, gap = 14, level = 46;
+  const nodes = [], words = [];
+  let cursor = 10, deepest = 0;
+  function place(node, depth, parentLabel) {
+    if (node.word !== undefined) {
+      const width = charWidth * Math.max(node.word.length, parentLabel.length, 1);
+      node.x = cursor + width / 2;
+      cursor += width + gap;
+      words.push(node);
+      return;
+    }
+    deepest = Math.max(deepest, depth);
+    node.children.forEach((child) => place(child, depth + 1, node.label));
+    node.x = (node.children[0].x + node.children[node.children.length - 1].x) / 2;
+    node.y = 22 + depth * level;
+    nodes.push(node);
+  }
+  place(root, 0, "");
+  for (const word of words) word.y = 22 + (deepest + 1) * level;
+  return {nodes, words, width: cursor - gap + 10, height: 22 + (deepest + 1) * level + 16};
+}
+
+function drawTree(root) {
+  const {nodes, words, width, height} = layoutTree(root);
+  const svg = svgNode("svg", {width, height, role: "img", class: "tree"});
+  for (const node of nodes) {
+    for (const child of node.children) {
+      svg.append(svgNode("line", {x1: node.x, y1: node.y + 6, x2: child.x, y2: child.y - 14, class: "tree-edge"}));
+    }
+  }
+  for (const node of nodes) {
+    const className = node === root ? "tree-label root" : "tree-label";
+    svg.append(svgNode("text", {x: node.x, y: node.y, "text-anchor": "middle", class: className}, node.label));
+  }
+  for (const word of words) {
+    svg.append(svgNode("text", {x: word.x, y: word.y, "text-anchor": "middle", class: "tree-word"}, word.word));
+  }
+  svg.dataset.words = String(words.length);
+  return svg;
+}
+
 // ----------------------------------------------------------------------------------------------- tasks
 // What each task's page does: its button, the label of its text box, and how it runs and shows a request.
-// A parsing run adds an entry here whose `run` posts to /v1/parse and draws the tree as SVG.
+// `help` replaces the text box's hint where the task needs its own; `rows` names the heatmap's rows.
 const RENDERERS = {
-  translation: {button: "Translate", label: "Text to translate", run: runTranslation, options: true},
+  translation: {button: "Translate", label: "Text to translate", run: runTranslation, options: true,
+                rows: "the translation"},
   classification: {button: "Classify", label: "Text to classify", run: runClassification, options: false},
+  parsing: {button: "Parse", label: "Sentence to parse", run: runParsing, options: false,
+            rows: "the tree's brackets, labels and tags",
+            help: "One sentence per line, words separated by spaces, punctuation as its own word " +
+                  "(The dog barks .). Enter parses; Shift+Enter starts a new line."},
 };
 
 async function onSubmit(event) {
@@ -204,6 +314,8 @@ async function init() {
   }
   $("run").textContent = renderer.button;
   $("source-label").textContent = renderer.label;
+  if (renderer.help) $("input-help").textContent = renderer.help;
+  if (renderer.rows) $("attention-rows").textContent = renderer.rows;
   if (renderer.options && info.decode_defaults) {
     $("beam").value = info.decode_defaults.beam;
     $("beam").max = info.limits.max_beam;
