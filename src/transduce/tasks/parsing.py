@@ -39,6 +39,7 @@ from ..config import (
     TrainConfig,
     config_from_dict,
     read_config,
+    read_config_dict,
     save_config,
 )
 from ..data import (
@@ -475,15 +476,11 @@ class ParsingTask(SequenceTask):
 
 
 def read_run_config(path: Path) -> ParsingRunConfig:
-    """A parsing run's config.json. A top-level "task" key (the recipe's task name) is allowed and skipped: it
-    names the config class, it is not a section of it."""
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{path}: cannot read the run's config ({err})") from None
-    if isinstance(raw, dict) and raw.get("task", "parsing") != "parsing":
+    """A parsing run's config.json (config.read_config_dict), refusing another task's run by name."""
+    raw = read_config_dict(path)
+    if raw.get("task", "parsing") != "parsing":
         raise ConfigError(f"{path}: a {raw['task']} run, not a parsing run")
-    return config_from_dict({k: v for k, v in raw.items() if k != "task"}, ParsingRunConfig)
+    return config_from_dict(raw, ParsingRunConfig)
 
 
 def score_parses(gold: Sequence[Tree | None], test: Sequence[Tree | None], *, tagged: bool = True) -> dict[str, float]:

@@ -57,10 +57,10 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
     path = Path(path)
     try:
         state = load_file(str(path))
-    except (OSError, Exception) as err:  # safetensors raises its own SafetensorError for corrupt files
+    except Exception as err:  # OSError, or safetensors' own SafetensorError for a corrupt file
         raise CheckpointError(f"{path}: cannot read weights ({err})") from None
     own = model.state_dict()
-    missing = [k for k in own if k not in state and not _is_alias(model, k, state)]
+    missing = [k for k in own if k not in state and not _is_alias(own, k, state)]
     unexpected = [k for k in state if k not in own]
     if missing or unexpected:
         raise CheckpointError(
@@ -75,9 +75,9 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
     model.load_state_dict(state, strict=False)
 
 
-def _is_alias(model: torch.nn.Module, name: str, state: dict) -> bool:
-    """True when `name` shares storage with a tensor present in `state` (tied embeddings are saved once)."""
-    own = model.state_dict()
+def _is_alias(own: dict, name: str, state: dict) -> bool:
+    """True when the model's `name` shares storage with a tensor present in `state` (tied embeddings are saved
+    once). `own`: the model's state_dict, built once by the caller."""
     ptr = own[name].data_ptr()
     return any(own[k].data_ptr() == ptr for k in state if k in own)
 

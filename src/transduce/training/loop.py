@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..config import ConfigError, TrainConfig
+from ..config import ConfigError, TrainConfig, task_name
 from ..data.batching import update_groups
 from ..model import cpu_speed
 from ..outputs import OutputError, claim_folder, exclusive, read_manifest, write_manifest
@@ -57,11 +57,8 @@ def train(config: Any, run_dir: str | Path, *, quiet: bool = False) -> dict:
 
 
 def task_class_of(config: Any) -> type[Task]:
-    for name in ("translation", "classification", "parsing"):
-        cls = task_class(name)
-        if isinstance(config, cls.config_class):
-            return cls
-    raise ConfigError(f"no task trains a {type(config).__name__}")
+    """The Task class that trains this config object (its class names the task: config.task_name)."""
+    return task_class(task_name(config))
 
 
 def _silent(_: str) -> None:
