@@ -20,6 +20,7 @@ from conftest import shared_data
 
 from transduce.config import ConfigError, ModelConfig, TrainConfig, config_from_dict, recipes_folder
 from transduce.data import DataError
+from transduce.model import Transformer
 from transduce.tasks import trees
 from transduce.tasks.parsing import (
     ParseDataConfig,
@@ -346,3 +347,112 @@ def test_parse_evalb_and_attention_commands(tiny_run, treebank, tmp_path, capsys
     assert "--words-from-gold needs --gold" in capsys.readouterr().err
     assert main(["parse", str(run), "--scores-only", "--input", str(gold)]) == 1
     assert "--scores-only needs --gold" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------- the word pointer
+
+
+@pytest.fixture(scope="module")
+def pointer_run(tmp_path_factory, treebank) -> tuple[Path, ParsingTask]:
+    """Like tiny_run, with model.word_pointer: untrained weights saved as best.safetensors."""
+    run = tmp_path_factory.mktemp("pointer") / "run"
+    config = tiny_config(*treebank)
+    config = config.replace(model=dataclasses.replace(config.model, word_pointer=True))
+    task = prepare_run(config, run)
+    torch.manual_seed(1)
+    save_weights(task.build_model(), run / "best.safetensors", metadata={"step": 0})
+    return run, task
+
+
+def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
+    """At every decoder input (BOS + target), word_pos is the source position of the first piece of the word after
+    the leaves written so far (the input itself included), and the source EOS once every word is covered: checked
+    against the pieces' text."""
+    _, task = pointer_run
+    vocab, sp = task.data.vocab, task.data.tokenizer.sp
+    batch = task.collate(task.batches(max_tokens=600, seed=2, epoch=0)[0])
+    assert batch.word_pos is not None and batch.word_pos.shape == batch.tgt_in.shape
+    for row in range(batch.src.size(0)):
+        src = [i for i in batch.src[row].tolist() if i != 0]
+        word_at = [j for j, i in enumerate(src[:-1]) if sp.id_to_piece(i).startswith("\u2581")] + [len(src) - 1]
+        tokens = vocab.decode(batch.tgt_in[row, 1:].tolist())
+        used = 0
+        for j in range(int(batch.tgt_in[row].ne(0).sum())):
+            if j > 0 and tokens[j - 1] not in (")", "</s>", "<pad>") and not tokens[j - 1].startswith("("):
+                used += 1  # the input at j is a leaf: its word is covered
+            assert batch.word_pos[row, j].item() == word_at[used]
+        assert used == len(word_at) - 1  # every word covered once
+    # a model with the pointer needs the positions; one without refuses them
+    torch.manual_seed(0)
+    model = task.build_model()
+    with pytest.raises(ValueError, match="word_pos"):
+        model(batch.src, batch.tgt_in)
+    with pytest.raises(ValueError, match="without model.word_pointer"):
+        tiny_run_model = Transformer(dataclasses.replace(task.config.model, word_pointer=False))
+        tiny_run_model(batch.src, batch.tgt_in, word_pos=batch.word_pos)
+    loss, _ = task.loss(model, batch, contextlib.nullcontext)
+    loss.backward()
+    assert model.word_proj is not None and model.word_proj.weight.grad is not None
+    assert float(model.word_proj.weight.grad.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_pointer_parser_trees_and_batching(pointer_run, beam):
+    run, _ = pointer_run
+    parser = Parser.from_run(run, device="cpu")
+    sentences = ["the dog sees a cat .", "", "a parser ( big ) keeps every quiet letter near the old river .", "x"]
+    out = parser.parse(sentences, beam=beam)
+    for sentence, tree in zip(sentences, out):
+        assert tree == "" if not sentence else _leaves(tree) == [trees.escape_word(w) for w in sentence.split()]
+    assert out == [parser.parse([s], beam=beam)[0] for s in sentences]  # the pointer follows each row's beams
+
+
+def test_pointer_decoding_scores_equal_teacher_forcing(pointer_run):
+    """The pointer the search reads off the tree constraint is the one training reads off the target: the greedy
+    parse's log-probability equals the teacher-forced forward pass over the same tokens."""
+    from transduce.decoding.search import greedy_search
+    from transduce.tasks.parsing import word_positions, word_starts
+
+    run, task = pointer_run
+    parser = Parser.from_run(run, device="cpu")
+    words_ = "the big dog sees a cat near the river .".split()
+    source = parser._sources([words_])[0]
+    constraint = parser.constraint.for_sentences([len(words_)], [word_starts(source, parser.starts)])
+    (hyp,) = greedy_search(parser.model, torch.tensor([source]), max_len_b=40, constraint=constraint)[0]
+    target = hyp.tokens + [3]
+    leaves = parser.constraint.kinds.eq(4).numpy()
+    pos = word_positions(torch.tensor(source[:-1]).numpy(), torch.tensor(target[:-1]).numpy(), parser.starts, leaves)
+    with torch.no_grad():
+        logits = parser.model(
+            torch.tensor([source]), torch.tensor([[2] + target[:-1]]), word_pos=torch.from_numpy(pos).view(1, -1)
+        )
+    forced = torch.log_softmax(logits[0].float(), -1).gather(1, torch.tensor(target).view(-1, 1)).sum()
+    assert float(forced) == pytest.approx(hyp.log_prob, abs=1e-3)
+    tree = trees.to_string(trees.delinearize(parser.vocab.decode(hyp.tokens), words_))
+    assert parser.attention(" ".join(words_), tree).cross.shape[2] == len(hyp.tokens) + 1  # <s> + the tree's tokens
+
+
+def test_pointer_refused_for_translation_and_word_count_mismatch(pointer_run):
+    import numpy as np
+
+    from transduce.data import ParallelCorpus, TokenArrays
+    from transduce.tasks.parsing import check_word_counts
+
+    _, task = pointer_run
+    corpus = task.data.splits["train"]
+    starts, leaves = task.pointer
+    check_word_counts(corpus, starts, leaves, "train")  # the prepared data: one word start per leaf
+    src = [corpus.src[i].tolist() for i in range(3)]
+    tgt = [corpus.tgt[i].tolist() for i in range(3)]
+    src[2] = src[2][:1]  # one word left in the source of the third pair
+    broken = ParallelCorpus(TokenArrays.from_lists(src), TokenArrays.from_lists(tgt))
+    with pytest.raises(DataError, match="train tree 3: 1 words in the source pieces"):
+        check_word_counts(broken, starts, leaves, "train")
+    assert np.all(leaves[: task.data.vocab.offset] == 0)
+    from transduce.config import Config
+    from transduce.tasks.translation import TranslationTask
+
+    with pytest.raises(ConfigError, match="word_pointer"):
+        TranslationTask.prepare(
+            Config(model=ModelConfig(word_pointer=True)), Path("unused"), main=True, log=print, barrier=lambda: None
+        )

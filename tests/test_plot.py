@@ -84,3 +84,19 @@ def test_training_curves_overlay_runs(trained_run, tmp_path):
     assert (tmp_path / "c.svg").read_text().count("<svg") == 1 and "wrote" in proc.stdout
     bad = run_cli("plot", str(tmp_path), "--out", str(tmp_path / "x.png"), check=False)
     assert bad.returncode == 1 and "metrics.jsonl" in bad.stderr
+
+
+def test_curves_plot_a_parsing_runs_f1(tmp_path):
+    """A parsing run logs valid_f1, not valid_bleu: the score panel draws F1 (and says so)."""
+    import json
+
+    run = tmp_path / "parse"
+    run.mkdir()
+    records = [
+        {"kind": "train", "step": s, "loss": 3.0 - s / 100, "lr": 1e-3, "elapsed": 6.0 * s} for s in (10, 20, 30)
+    ] + [{"kind": "valid", "step": s, "elapsed": 6.0 * s, "valid_loss": 2.0, "valid_f1": s * 2.0} for s in (10, 30)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    series = plot_curves([run], tmp_path / "f1.svg")["parse"]
+    assert series["valid_f1"] == [20.0, 60.0] and series["valid_bleu"] == [None, None]
+    svg = (tmp_path / "f1.svg").read_text(encoding="utf-8")
+    assert "validation F1" in svg and "validation BLEU" not in svg

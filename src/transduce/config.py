@@ -48,6 +48,7 @@ class ModelConfig:
     positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
     attention_window: int | None = None  # r of Table 1's restricted self-attention; None = full
     tie_embeddings: bool = True  # one matrix: encoder input, decoder input, pre-softmax projection (§3.4)
+    word_pointer: bool = False  # parsing only: each decoder input also gets the encoder state of the next word
     pad_id: int = 0
     layer_norm_eps: float = 1e-5
 

@@ -91,6 +91,7 @@ def plot_token_attention(maps, query: int, out: str | Path, *, kind: str = "enco
     return rows
 
 
+SCORES = {"valid_bleu": "BLEU", "valid_f1": "F1", "valid_accuracy": "accuracy"}  # the tasks' validation scores
 _RECORD_FIELDS = {"train": ("step", "loss", "lr", "elapsed"), "valid": ("step", "elapsed")}  # numeric fields by kind
 
 
@@ -139,8 +140,9 @@ def save_figure(fig, out: Path, *, dpi: int) -> None:
 
 
 def plot_curves(runs: list[str | Path], out: str | Path) -> dict[str, dict[str, list]]:
-    """Training and validation loss, validation BLEU and learning rate, against steps (top) and wall-clock
-    minutes (bottom); one colour per run. Returns the plotted series for each run."""
+    """Training and validation loss, the task's validation score (BLEU, parsing F1 or classification accuracy) and
+    learning rate, against steps (top) and wall-clock minutes (bottom); one colour per run. Returns the plotted
+    series for each run."""
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     plotted = {}
     for i, run in enumerate(runs):
@@ -154,6 +156,8 @@ def plot_curves(runs: list[str | Path], out: str | Path) -> dict[str, dict[str, 
             "valid_step": [r["step"] for r in valid],
             "valid_loss": [r.get("valid_loss") for r in valid],
             "valid_bleu": [r.get("valid_bleu") for r in valid],
+            "valid_f1": [r.get("valid_f1") for r in valid],
+            "valid_accuracy": [r.get("valid_accuracy") for r in valid],
             "valid_minutes": [r["elapsed"] / 60 for r in valid],
         }
         plotted[label] = series
@@ -173,9 +177,13 @@ def plot_curves(runs: list[str | Path], out: str | Path) -> dict[str, dict[str, 
                     label=f"{label} valid",
                 )
             ax.set_ylabel("loss (label-smoothed, per token)")
-            if any(b is not None for b in series["valid_bleu"]):
-                axes[row, 1].plot(series[vx], series["valid_bleu"], color=color, marker="o", markersize=3, label=label)
-            axes[row, 1].set_ylabel("validation BLEU")
+            for key, name in SCORES.items():
+                if any(b is not None for b in series[key]):
+                    axes[row, 1].plot(
+                        series[vx], series[key], color=color, marker="o", markersize=3, label=f"{label} {name}"
+                    )
+            shown = [name for key, name in SCORES.items() if any(r.get(key) is not None for r in valid)]
+            axes[row, 1].set_ylabel("validation " + (" / ".join(shown) or "score"))
             axes[row, 2].plot(series[x], series["lr"], color=color, label=label)
             axes[row, 2].set_ylabel("learning rate")
             for ax in axes[row]:

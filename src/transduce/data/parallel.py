@@ -89,6 +89,7 @@ class Batch:
     n_real: int  # real source + target positions
     positions: torch.Tensor  # (n_tokens,) flat indices of the non-pad target positions in B*T
     target: torch.Tensor  # (n_tokens,) tgt_out at those positions
+    word_pos: torch.Tensor | None = None  # (B, T) parsing's word pointer: source position of the next word
 
     def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"
@@ -101,6 +102,7 @@ class Batch:
             n_real=self.n_real,
             positions=self.positions.to(device, non_blocking=nb),
             target=self.target.to(device, non_blocking=nb),
+            word_pos=None if self.word_pos is None else self.word_pos.to(device, non_blocking=nb),
         )
 
 

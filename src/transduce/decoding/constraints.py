@@ -18,7 +18,11 @@ allowed when it keeps the output a prefix of one tree over exactly the row's n w
   one leaf per unused word, one ")" per open constituent, then EOS. From any allowed state some token stays allowed,
   so a search with a large enough budget (`min_output_length`) always ends with a tree.
 
-Axis legend: B sentences, N decoder rows (B * beam), V vocabulary.
+The constraint also knows, per row, which word comes next (`used`): bound with the source positions of the words
+(`for_sentences(n_words, word_starts)`), `pointer(state)` gives the source position of the next word to cover, which
+a model with the word pointer (model.word_pointer) adds to its decoder input.
+
+Axis legend: B sentences, N decoder rows (B * beam), V vocabulary, W most words in the batch.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class TreeState:
     has_child: Tensor  # the innermost open constituent has a child (bool)
     closed: Tensor  # the root is closed: only EOS may follow (bool)
     ended: Tensor  # EOS was emitted (bool)
+    word_starts: Tensor  # (N, W + 1) source position of each word, then of EOS; (N, 1) zeros when not bound
 
 
 def min_output_length(n_words: int) -> int:
@@ -63,6 +68,7 @@ class TreeConstraint:
 
     kinds: Tensor  # (V,) token kind of every vocabulary id
     n_words: Tensor | None = None  # (B,) set by for_sentences
+    word_starts: Tensor | None = None  # (B, W + 1) set by for_sentences when the model points at words
     has_root: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -92,9 +98,22 @@ class TreeConstraint:
 
         return cls(torch.tensor([kind(t) for t in vocab], dtype=torch.long))
 
-    def for_sentences(self, n_words: Tensor | Sequence[int]) -> TreeConstraint:
-        """This constraint for a batch whose sentences have `n_words` (B,) words each."""
-        return replace(self, n_words=torch.as_tensor(n_words, dtype=torch.long))
+    def for_sentences(
+        self, n_words: Tensor | Sequence[int], word_starts: Tensor | Sequence[Sequence[int]] | None = None
+    ) -> TreeConstraint:
+        """This constraint for a batch whose sentences have `n_words` (B,) words each. `word_starts` (for a model
+        with the word pointer): per sentence, the source position of each word's first piece and then the position
+        of the source EOS (n + 1 values), as a (B, W + 1) tensor or lists (padded here by repeating the last)."""
+        n = torch.as_tensor(n_words, dtype=torch.long)
+        if word_starts is not None and not torch.is_tensor(word_starts):
+            rows = [list(r) for r in word_starts]
+            width = max(map(len, rows), default=1)
+            word_starts = torch.tensor([r + [r[-1]] * (width - len(r)) for r in rows], dtype=torch.long)
+        if word_starts is not None:
+            word_starts = torch.as_tensor(word_starts, dtype=torch.long)
+            if word_starts.size(0) != n.numel() or bool((word_starts.size(1) < n + 1).any()):
+                raise ValueError("word_starts needs n_words + 1 positions per sentence")
+        return replace(self, n_words=n, word_starts=word_starts)
 
     def start(self, max_len: Tensor) -> TreeState:
         """The state before the first token, one row per sentence. `max_len` (B,): most output tokens, EOS included
@@ -116,7 +135,15 @@ class TreeConstraint:
         false = torch.zeros_like(n, dtype=torch.bool)
         if self.kinds.device != device:
             object.__setattr__(self, "kinds", self.kinds.to(device))  # once per search, not per step
-        return TreeState(n, max_len.long(), zeros, zeros, zeros, false, false, false)
+        starts = zeros.view(-1, 1) if self.word_starts is None else self.word_starts.to(device)
+        return TreeState(n, max_len.long(), zeros, zeros, zeros, false, false, false, starts)
+
+    def pointer(self, state: TreeState) -> Tensor | None:
+        """(N,) the source position of the next word each row has to cover (the source EOS once every word is
+        used); None when the constraint was bound without word positions."""
+        if self.word_starts is None:
+            return None
+        return state.word_starts.gather(1, state.used.view(-1, 1)).view(-1)
 
     def allowed(self, state: TreeState) -> Tensor:
         """(N, V) bool: the tokens each row may emit next."""

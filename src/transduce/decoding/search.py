@@ -71,7 +71,7 @@ def greedy_search(
     done = torch.zeros(batch, dtype=torch.bool, device=src.device)
     cstate = constraint.start(max_len) if constraint is not None else None
     for t in range(int(max_len.max())):
-        lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (B, V)
+        lprobs = torch.log_softmax(_step(model, tokens[:, -1], cache, constraint, cstate).float(), dim=-1)  # (B, V)
         lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
         lprobs = _force_eos(lprobs, max_len.eq(t + 1))  # the last allowed position must be EOS
         if constraint is not None:
@@ -125,7 +125,7 @@ def beam_search(
     among_k = torch.arange(2 * k, device=device).lt(k)  # (2k,) the k best of the 2k candidates
 
     for t in range(int(max_len.max())):
-        lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (N, V)
+        lprobs = torch.log_softmax(_step(model, tokens[:, -1], cache, constraint, rows.state).float(), dim=-1)
         lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
         lprobs = rows.mask(_force_eos(lprobs, max_len[sent].eq(t + 1).repeat_interleave(k)))  # last position: EOS
         top_score, token, origin = _candidates(scores, lprobs, k)  # (B, 2k) each
@@ -156,6 +156,14 @@ def beam_search(
             kept.select(keep_sent)
             rows.select(keep_rows)
     return finished
+
+
+def _step(model, tokens: Tensor, cache, constraint, state) -> Tensor:
+    """The model's next-token logits; a constraint that knows the words' positions also passes the next word's."""
+    pointer = constraint.pointer(state) if constraint is not None else None
+    if pointer is None:
+        return model.decode_step(tokens, cache)
+    return model.decode_step(tokens, cache, word_pos=pointer)
 
 
 def _candidates(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -9,8 +9,9 @@ of `torch.nn.functional.scaled_dot_product_attention` (True = may attend) in exa
 
 Departures from the paper, all named: LayerNorm eps is 1e-5 and divides by sqrt(variance + eps) (the paper does not
 say); `norm_first=True` gives the pre-LN variant with a final LayerNorm per stack; `attention_dropout` (default 0)
-and learned positions are options; padded query rows of a restricted (windowed) self-attention attend to themselves
-so that no softmax row is empty (their outputs are never read).
+and learned positions are options; `word_pointer` (parsing, not in the paper) adds to each decoder input a projection
+of the encoder state of the next word the output has to cover; padded query rows of a restricted (windowed)
+self-attention attend to themselves so that no softmax row is empty (their outputs are never read).
 """
 
 from __future__ import annotations
@@ -275,6 +276,7 @@ class DecoderCache:
     src_pad_mask: Tensor  # (B, S)
     cross_mask: Tensor | None  # (B, 1, 1, S)
     step: int = 0
+    memory: Tensor | None = None  # (B, S, D) the encoder output, kept only for the word pointer
 
     def reorder(self, index: Tensor) -> None:
         """Keep the self-attention history of rows `index` (beam search: each beam's parent)."""
@@ -291,6 +293,7 @@ class DecoderCache:
             self.reorder(index)
         self.memory_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv]
         self.src_pad_mask = self.src_pad_mask.index_select(0, index)
+        self.memory = None if self.memory is None else self.memory.index_select(0, index)
         self.cross_mask = None if self.cross_mask is None else self.cross_mask.index_select(0, index)
 
 
@@ -304,8 +307,11 @@ class Decoder(nn.Module):
         self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
         self.window = config.attention_window
 
-    def forward(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor) -> Tensor:
+    def forward(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor, extra: Tensor | None = None) -> Tensor:
+        """`extra` (B, T, D), optional: added to the embedded inputs (the word pointer's states)."""
         x = self.embed(tgt_in)  # (B, T, D)
+        if extra is not None:
+            x = x + extra
         length = tgt_in.size(1)
         causal = self.window is None  # the fused causal kernel; a window needs an explicit mask
         self_mask = (
@@ -321,8 +327,10 @@ class Decoder(nn.Module):
             x = layer(x, memory_kv, self_mask, cross_mask, causal=causal)
         return self.final_norm(x) if self.final_norm is not None else x  # (B, T, D)
 
-    def step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
+    def step(self, tokens: Tensor, cache: DecoderCache, extra: Tensor | None = None) -> Tensor:
         x = self.embed(tokens.view(-1, 1), offset=cache.step)  # (B, 1, D)
+        if extra is not None:
+            x = x + extra.view(x.shape)
         self_mask = None
         if self.window is not None:  # the newest position sees only the last r+1 positions
             self_mask = attention_mask(
@@ -374,6 +382,8 @@ class Transformer(nn.Module):
         self.decoder = Decoder(config, tgt_tokens)
         # the pre-softmax projection: an nn.Linear here, which cpu_speed.apply may replace by a WorkspaceLinear
         self.output: nn.Module = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # the word pointer (parsing): decoder input += W_p . encoder state of the next word to cover
+        self.word_proj = nn.Linear(config.d_model, config.d_model, bias=False) if config.word_pointer else None
         init_parameters(self, config.d_model)
         if config.tie_embeddings:
             self.output.weight = tgt_tokens.weight
@@ -384,16 +394,30 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor) -> Tensor:
         return self.encoder(src, self.pad_mask(src))  # (B, S, D)
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor) -> Tensor:
-        return self.output(self.decoder(tgt_in, memory, src_pad_mask))  # (B, T, V)
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor, word_pos: Tensor | None = None) -> Tensor:
+        return self.output(self.decoder(tgt_in, memory, src_pad_mask, self._pointed(memory, word_pos)))  # (B, T, V)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, positions: Tensor | None = None) -> Tensor:
+    def _pointed(self, memory: Tensor | None, word_pos: Tensor | None) -> Tensor | None:
+        """The word pointer's input: W_p . memory[b, word_pos[b, t]] -> (B, T, D); None without a pointer."""
+        if self.word_proj is None:
+            if word_pos is not None:
+                raise ValueError("word positions given to a model without model.word_pointer")
+            return None
+        if word_pos is None or memory is None:
+            raise ValueError("a model with model.word_pointer needs the word positions (word_pos)")
+        index = word_pos.view(word_pos.size(0), -1, 1).expand(-1, -1, memory.size(-1))  # (B, T, D)
+        return self.word_proj(memory.gather(1, index))
+
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, positions: Tensor | None = None, word_pos: Tensor | None = None
+    ) -> Tensor:
         """Logits (B, T, V); or, given `positions` (flat indices into B*T), logits (len(positions), V) for those
-        positions only (training skips the pre-softmax projection of padding)."""
+        positions only (training skips the pre-softmax projection of padding). `word_pos` (B, T), models with the
+        word pointer only: the source position of the next word to cover at each decoder input."""
         memory = self.encode(src)
         if positions is None:
-            return self.decode(tgt_in, memory, self.pad_mask(src))  # (B, T, V)
-        h = self.decoder(tgt_in, memory, self.pad_mask(src))  # (B, T, D)
+            return self.decode(tgt_in, memory, self.pad_mask(src), word_pos)  # (B, T, V)
+        h = self.decoder(tgt_in, memory, self.pad_mask(src), self._pointed(memory, word_pos))  # (B, T, D)
         h = h.reshape(-1, h.size(-1)).index_select(0, positions)  # (N, D)
         return self.output(h)  # (N, V)
 
@@ -402,12 +426,17 @@ class Transformer(nn.Module):
         memory_kv = [cast(DecoderLayer, layer).cross_attn.project_kv(memory) for layer in self.decoder.layers]
         cross_mask = attention_mask(src_pad_mask, query_len=1, key_len=memory.size(1))
         return DecoderCache(
-            memory_kv=memory_kv, self_kv=[None] * len(memory_kv), src_pad_mask=src_pad_mask, cross_mask=cross_mask
+            memory_kv=memory_kv,
+            self_kv=[None] * len(memory_kv),
+            src_pad_mask=src_pad_mask,
+            cross_mask=cross_mask,
+            memory=memory if self.word_proj is not None else None,
         )
 
-    def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
-        """tokens: (B,) the newest token of each row. Returns next-token logits (B, V); updates `cache`."""
-        return self.output(self.decoder.step(tokens, cache))
+    def decode_step(self, tokens: Tensor, cache: DecoderCache, word_pos: Tensor | None = None) -> Tensor:
+        """tokens: (B,) the newest token of each row; `word_pos` (B,), word-pointer models only: the source position
+        of the next word each row has to cover. Returns next-token logits (B, V); updates `cache`."""
+        return self.output(self.decoder.step(tokens, cache, self._pointed(cache.memory, word_pos)))
 
     @contextlib.contextmanager
     def recording_attention(self):

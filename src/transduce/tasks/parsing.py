@@ -10,6 +10,12 @@ a Foreign Language". The same encoder-decoder Transformer reads a sentence and w
   shared by both sides, as everywhere in the project.
 - Decoding: batched beam search restricted by `decoding.constraints.TreeConstraint`, so every output is one
   well-formed tree whose leaves are exactly the input words (no repair step, no excluded sentence).
+- The word pointer (`model.word_pointer`, not in the paper): with leaves that are tags only, the decoder has to
+  count the leaves it wrote to know which word comes next, and a small model trained on GUM's 3.7k trees does not
+  learn to (it writes trees of the right shape with tags of the wrong words). With the pointer, each decoder input
+  also gets (a projection of) the encoder state of the first piece of the next word to cover (after the last word:
+  the source EOS). Training reads that word off the target (leaves written so far); decoding off the tree
+  constraint's counter. Word starts are the pieces that begin with SentencePiece's "\u2581" (one per word).
 - Validation: loss, and F1 scored like EVALB (tasks/evalb.py: COLLINS.prm plus DELETE_LABEL ROOT, strict, gold tags
   put back, the usual published setting) on the first `train.valid_max_sentences` trees of the valid file.
 
@@ -50,9 +56,10 @@ from ..data import (
     resolve_path,
     reuse_or_build,
 )
+from ..data.parallel import Batch
 from ..data.text import data_root
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from ..decoding.constraints import OTHER, TreeConstraint
+from ..decoding.constraints import LEAF, OTHER, TreeConstraint
 from ..decoding.search import beam_search, greedy_search
 from ..decoding.translator import AttentionMaps, pick_device
 from ..model import Transformer
@@ -402,6 +409,52 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------------------------------- word pointer
+
+
+def word_start_table(tokenizer: Tokenizer, size: int) -> np.ndarray:
+    """(size,) bool: the ids that begin a word (pieces starting with "\u2581"); target tokens never do."""
+    table = np.zeros(size, dtype=bool)
+    for i in range(tokenizer.vocab_size):
+        table[i] = tokenizer.sp.id_to_piece(i).startswith("\u2581")
+    return table
+
+
+def word_starts(source: Sequence[int], table: np.ndarray) -> list[int]:
+    """Source positions of each word's first piece, then of EOS (the source's last position when it ends with
+    EOS, else one past the pieces)."""
+    ids = np.asarray(source, dtype=np.int64)
+    body = ids[:-1] if len(ids) and ids[-1] == EOS_ID else ids
+    return [*np.flatnonzero(table[body]).tolist(), len(body)]
+
+
+def word_positions(source: np.ndarray, target: np.ndarray, starts: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+    """For the decoder inputs BOS + target: the source position of the next word to cover at each of them (the
+    words used so far are the leaves already written). (len(target) + 1,)"""
+    at = np.flatnonzero(starts[source]).tolist() + [len(source)]  # the EOS follows the pieces in the batch
+    used = np.concatenate([[0], np.cumsum(leaves[target])])
+    return np.asarray(at)[np.minimum(used, len(at) - 1)]
+
+
+def _row_counts(arr: TokenArrays, table: np.ndarray) -> np.ndarray:
+    """Per row of `arr`: how many of its ids `table` marks."""
+    total = np.concatenate([[0], np.cumsum(table[arr.ids])])
+    return total[arr.offsets[1:]] - total[arr.offsets[:-1]]
+
+
+def check_word_counts(corpus: ParallelCorpus, starts: np.ndarray, leaves: np.ndarray, split: str) -> None:
+    """Every pair must have as many word starts in its source as leaves in its target, or the pointer would point
+    at the wrong words. Raises DataError naming the first pair that does not."""
+    n_words, n_leaves = _row_counts(corpus.src, starts), _row_counts(corpus.tgt, leaves)
+    bad = np.flatnonzero(n_words != n_leaves)
+    if bad.size:
+        i = int(bad[0])
+        raise DataError(
+            f"{split} tree {i + 1}: {int(n_words[i])} words in the source pieces but {int(n_leaves[i])} leaves in "
+            "the tree; the word pointer needs one piece starting with \u2581 per word"
+        )
+
+
 # ------------------------------------------------------------------------------------------------------------- task
 
 
@@ -419,6 +472,23 @@ class ParsingTask(SequenceTask):
         self.corpus = data.splits["train"]
         self.has_validation = bool(len(data.splits.get("valid", ())))
         self.description = f"{len(self.corpus):,} training trees"
+        self.pointer: tuple[np.ndarray, np.ndarray] | None = None  # (word-start ids, leaf ids) tables
+        if config.model.word_pointer:
+            size = data.vocab.size
+            self.pointer = (word_start_table(data.tokenizer, size), data.vocab.constraint().kinds.eq(LEAF).numpy())
+            for name, corpus in data.splits.items():
+                check_word_counts(corpus, *self.pointer, name)
+
+    def collate_pairs(self, corpus: ParallelCorpus, indices: np.ndarray, **options) -> Batch:
+        """The pairs as a Batch, with the word pointer's positions (B, T) when the model has one."""
+        batch = super().collate_pairs(corpus, indices, **options)
+        if self.pointer is None:
+            return batch
+        word_pos = torch.zeros_like(batch.tgt_in)
+        for row, i in enumerate(indices):  # a loop over sentences, as in data.collate
+            pos = word_positions(corpus.src[i], corpus.tgt[i], *self.pointer)
+            word_pos[row, : len(pos)] = torch.from_numpy(pos)
+        return dataclasses.replace(batch, word_pos=word_pos)
 
     @classmethod
     def prepare(
@@ -518,6 +588,7 @@ class Parser:
         self.model, self.tokenizer, self.vocab = model, tokenizer, vocab
         self.decode = decode or ParseDecodeConfig()
         self.constraint = vocab.constraint()
+        self.starts = word_start_table(tokenizer, vocab.size) if model.config.word_pointer else None
 
     @classmethod
     def from_run(cls, path: str | Path, *, device: str = "auto") -> Parser:
@@ -566,6 +637,13 @@ class Parser:
                     f"line {i + 1}: {len(words_)} words ({len(pieces)} pieces) do not fit the model's "
                     f"{self.model.config.max_len} positions; split the sentence"
                 )
+        if self.starts is not None:
+            for i, (words_, pieces) in enumerate(zip(sentences, ids)):
+                if len(word_starts(pieces, self.starts)) != len(words_) + 1:
+                    raise DataError(
+                        f"line {i + 1}: the tokenizer does not start every word with a piece of its own "
+                        "(the word pointer needs one)"
+                    )
         return [p + [EOS_ID] for p in ids]
 
     def _batches(self, sources: list[list[int]], todo: list[int], budget: int) -> list[list[int]]:
@@ -617,7 +695,8 @@ class Parser:
         src = torch.full((len(sources), max(map(len, sources))), PAD_ID, dtype=torch.long)
         for row, ids in enumerate(sources):
             src[row, : len(ids)] = torch.tensor(ids)
-        constraint = self.constraint.for_sentences([len(s) for s in sentences])
+        starts = None if self.starts is None else [word_starts(ids, self.starts) for ids in sources]
+        constraint = self.constraint.for_sentences([len(s) for s in sentences], starts)
         options: dict[str, Any] = {
             "max_len_a": d.max_len_a,
             "max_len_b": d.max_len_b,
@@ -656,9 +735,16 @@ class Parser:
         tgt_ids = self.target_ids(tree)[: self.model.config.max_len - 1]
         was_training = self.model.training
         self.model.eval()
+        word_pos = None
+        if self.starts is not None:
+            leaves = self.constraint.kinds.eq(LEAF).cpu().numpy()
+            pos = word_positions(np.asarray(src_ids[:-1]), np.asarray(tgt_ids, dtype=np.int64), self.starts, leaves)
+            word_pos = torch.from_numpy(pos).view(1, -1).to(self.device)
         with self.model.recording_attention():
             self.model(
-                torch.tensor([src_ids], device=self.device), torch.tensor([[BOS_ID] + tgt_ids], device=self.device)
+                torch.tensor([src_ids], device=self.device),
+                torch.tensor([[BOS_ID] + tgt_ids], device=self.device),
+                word_pos=word_pos,
             )
         self.model.train(was_training)
         stack = lambda mods: torch.stack([m.weights[0] for m in mods]).cpu()

@@ -58,16 +58,20 @@ class SequenceTask:
         )
 
     def collate(self, indices: np.ndarray) -> Batch:
-        return collate(
+        return self.collate_pairs(
             self.corpus, indices, pad_multiple=self.config.train.pad_multiple, limit=self.config.model.max_len
         )
+
+    def collate_pairs(self, corpus: ParallelCorpus, indices: np.ndarray, **options) -> Batch:
+        """Pairs `indices` of `corpus` as a padded Batch (data.collate's `options`); parsing adds its word pointer."""
+        return collate(corpus, indices, **options)
 
     def loss(
         self, net, batch: Batch, autocast: Callable[[], AbstractContextManager]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(label-smoothed loss, nll), summed over the batch's target tokens (batch.n_tokens of them)."""
         with autocast():
-            logits = net(batch.src, batch.tgt_in, batch.positions)  # (n_tokens, V): padding never projected
+            logits = net(batch.src, batch.tgt_in, batch.positions, batch.word_pos)  # (n_tokens, V): no padding
         # the logits are consumed here, before the next forward: the loss may turn them into their gradient
         return label_smoothed_nll(
             logits,
@@ -85,8 +89,8 @@ class SequenceTask:
         for indices in make_batches(
             corpus.src_lengths, corpus.tgt_lengths, max_tokens=train.max_tokens, seed=0, epoch=0, shuffle=False
         ):
-            batch = collate(corpus, indices).to(device)
-            logits = model(batch.src, batch.tgt_in, batch.positions)
+            batch = self.collate_pairs(corpus, indices).to(device)
+            logits = model(batch.src, batch.tgt_in, batch.positions, batch.word_pos)
             loss, nll = label_smoothed_nll(
                 logits, batch.target, eps=train.label_smoothing, pad_id=self.config.model.pad_id
             )
@@ -120,6 +124,8 @@ class TranslationTask(SequenceTask):
 
         Once a run has saved a checkpoint, its settings and data are frozen: inputs whose contents changed are
         refused."""
+        if config.model.word_pointer:
+            raise ConfigError("model.word_pointer points at the input's words while parsing; a translation has none")
         config_path = run_dir / "config.json"
         frozen = has_trained(run_dir)
         if frozen:
