@@ -45,6 +45,7 @@ def test_presets_have_table3_shapes():
         (dict(d_ff=-1), r"model.d_ff must be positive, got -1"),
         (dict(n_layers=0), r"model.n_layers must be positive, got 0"),
         (dict(dropout=1.5), r"model.dropout must be in \[0, 1\), got 1.5"),
+        (dict(activation_dropout=1.0), r"model.activation_dropout must be in \[0, 1\), got 1.0"),
         (dict(positional="rotary"), r"model.positional must be 'sinusoidal' or 'learned', got 'rotary'"),
     ],
 )
@@ -231,3 +232,23 @@ def test_model_overfits_eight_pairs():
         opt.step()
         losses.append(loss.item())
     assert losses[0] > 3.0 and losses[-1] < 0.05
+
+
+def test_activation_dropout_acts_on_the_ffn_hidden_units_only_in_training():
+    """activation_dropout zeroes ReLU outputs of the FFN while training (so the output changes with the mask) and
+    is the identity in eval mode; with 0 there is no extra module, and the parameter count never changes."""
+    from transduce.model.transformer import FeedForward
+
+    torch.manual_seed(0)
+    ff = FeedForward(d_model=8, d_ff=64, activation_dropout=0.5)
+    x = torch.randn(4, 8)
+    hidden = torch.relu(ff.linear1(x))
+    ff.train()
+    torch.manual_seed(1)
+    out = ff(x)
+    assert not torch.allclose(out, ff.linear2(hidden))
+    ff.eval()
+    assert torch.allclose(ff(x), ff.linear2(hidden))
+    assert FeedForward(d_model=8, d_ff=64).dropout is None
+    plain, with_dropout = Transformer(tiny()), Transformer(tiny(activation_dropout=0.2))
+    assert plain.num_parameters() == with_dropout.num_parameters()

@@ -43,6 +43,7 @@ class ModelConfig:
     n_heads: int = 8
     dropout: float = 0.1
     attention_dropout: float = 0.0  # not in the paper; fairseq's attention_dropout, off by default
+    activation_dropout: float = 0.0  # not in the paper; fairseq's: dropout after the FFN's ReLU, off by default
     max_len: int = 1024
     norm_first: bool = False  # False = the paper's post-LN: LayerNorm(x + Dropout(Sublayer(x)))
     positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
@@ -64,7 +65,7 @@ class ModelConfig:
             raise ConfigError(f"model.vocab_size must be >= 0, got {self.vocab_size}")
         if self.d_model % self.n_heads:
             raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
-        for name in ("dropout", "attention_dropout"):
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.positional not in ("sinusoidal", "learned"):

@@ -8,10 +8,11 @@ Masks follow one convention: `pad_mask` is True where a token is padding. They a
 of `torch.nn.functional.scaled_dot_product_attention` (True = may attend) in exactly one place: `attention_mask`.
 
 Departures from the paper, all named: LayerNorm eps is 1e-5 and divides by sqrt(variance + eps) (the paper does not
-say); `norm_first=True` gives the pre-LN variant with a final LayerNorm per stack; `attention_dropout` (default 0)
-and learned positions are options; `word_pointer` (parsing, not in the paper) adds to each decoder input a projection
-of the encoder state of the next word the output has to cover; padded query rows of a restricted (windowed)
-self-attention attend to themselves so that no softmax row is empty (their outputs are never read).
+say); `norm_first=True` gives the pre-LN variant with a final LayerNorm per stack; `attention_dropout` and
+`activation_dropout` (default 0) and learned positions are options; `word_pointer` (parsing, not in the paper) adds
+to each decoder input a projection of the encoder state of the next word the output has to cover; padded query rows
+of a restricted (windowed) self-attention attend to themselves so that no softmax row is empty (their outputs are
+never read).
 """
 
 from __future__ import annotations
@@ -136,15 +137,18 @@ class MultiHeadAttention(nn.Module):
 
 # §3.3 Position-wise feed-forward network ---------------------------------------------------------------------------
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (Eq. 2)."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (Eq. 2). `activation_dropout` (not in the paper; fairseq's): dropout on
+    max(0, x W1 + b1), off by default."""
 
-    def __init__(self, *, d_model: int, d_ff: int) -> None:
+    def __init__(self, *, d_model: int, d_ff: int, activation_dropout: float = 0.0) -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(activation_dropout) if activation_dropout > 0 else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(F.relu(self.linear1(x)))
+        hidden = F.relu(self.linear1(x))
+        return self.linear2(self.dropout(hidden) if self.dropout is not None else hidden)
 
 
 class SublayerConnection(nn.Module):
@@ -171,7 +175,7 @@ class EncoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(
             d_model=config.d_model, n_heads=config.n_heads, dropout=config.attention_dropout
         )
-        self.ff = FeedForward(d_model=config.d_model, d_ff=config.d_ff)
+        self.ff = FeedForward(d_model=config.d_model, d_ff=config.d_ff, activation_dropout=config.activation_dropout)
         self.sublayer1, self.sublayer2 = SublayerConnection(config), SublayerConnection(config)
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
@@ -187,7 +191,7 @@ class DecoderLayer(nn.Module):
             return MultiHeadAttention(d_model=config.d_model, n_heads=config.n_heads, dropout=config.attention_dropout)
 
         self.self_attn, self.cross_attn = attention(), attention()
-        self.ff = FeedForward(d_model=config.d_model, d_ff=config.d_ff)
+        self.ff = FeedForward(d_model=config.d_model, d_ff=config.d_ff, activation_dropout=config.activation_dropout)
         self.sublayer1, self.sublayer2, self.sublayer3 = (SublayerConnection(config) for _ in range(3))
 
     def forward(
