@@ -12,6 +12,7 @@ import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -407,48 +408,66 @@ def test_pointer_parser_trees_and_batching(pointer_run, beam):
     assert out == [parser.parse([s], beam=beam)[0] for s in sentences]  # the pointer follows each row's beams
 
 
-def test_pointer_decoding_scores_equal_teacher_forcing(pointer_run):
-    """The pointer the search reads off the tree constraint is the one training reads off the target: the greedy
-    parse's log-probability equals the teacher-forced forward pass over the same tokens."""
-    from transduce.decoding.search import greedy_search
-    from transduce.tasks.parsing import word_positions, word_starts
+def _teacher_forced_log_prob(parser: Parser, source: list[int], starts: list[int], tokens: list[int]) -> float:
+    """log P of tokens + EOS under teacher forcing; an EOS forced at the length limit (max_len_b 40 here) counts
+    0, as in the search."""
+    from transduce.tasks.parsing import word_positions
 
-    run, task = pointer_run
-    parser = Parser.from_run(run, device="cpu")
-    words_ = "the big dog sees a cat near the river .".split()
-    source = parser._sources([words_])[0]
-    constraint = parser.constraint.for_sentences([len(words_)], [word_starts(source, parser.starts)])
-    (hyp,) = greedy_search(parser.model, torch.tensor([source]), max_len_b=40, constraint=constraint)[0]
-    target = hyp.tokens + [3]
-    leaves = parser.constraint.kinds.eq(4).numpy()
-    pos = word_positions(torch.tensor(source[:-1]).numpy(), torch.tensor(target[:-1]).numpy(), parser.starts, leaves)
+    target = tokens + [3]  # + EOS
+    pos = word_positions(np.asarray(starts), np.asarray(target[:-1]), parser.leaves)
     with torch.no_grad():
         logits = parser.model(
             torch.tensor([source]), torch.tensor([[2] + target[:-1]]), word_pos=torch.from_numpy(pos).view(1, -1)
         )
-    forced = torch.log_softmax(logits[0].float(), -1).gather(1, torch.tensor(target).view(-1, 1)).sum()
-    assert float(forced) == pytest.approx(hyp.log_prob, abs=1e-3)
+    per_token = torch.log_softmax(logits[0].float(), -1).gather(1, torch.tensor(target).view(-1, 1)).view(-1)
+    forced = len(target) == len(source) - 1 + 40  # the search's limit: |x| + max_len_b, EOS included
+    return float(per_token[:-1].sum() + (0.0 if forced else per_token[-1]))
+
+
+def test_pointer_decoding_scores_equal_teacher_forcing(pointer_run):
+    """The pointer the search reads off the tree constraint is the one training reads off the target: greedy and
+    every beam hypothesis (beam 4, 4-best) have the log-probability of a teacher-forced pass over their tokens."""
+    from transduce.decoding.search import beam_search, greedy_search
+
+    run, _ = pointer_run
+    parser = Parser.from_run(run, device="cpu")
+    words_ = "the big dog sees a cat near the river .".split()
+    (source,), (starts,) = parser._sources([words_])
+    constraint = parser.constraint.for_sentences([len(words_)], [starts])
+    (hyp,) = greedy_search(parser.model, torch.tensor([source]), max_len_b=40, constraint=constraint)[0]
+    assert _teacher_forced_log_prob(parser, source, starts, hyp.tokens) == pytest.approx(hyp.log_prob, abs=1e-3)
+    hyps = beam_search(parser.model, torch.tensor([source]), beam=4, nbest=4, max_len_b=40, constraint=constraint)[0]
+    assert len(hyps) == 4 and len({tuple(h.tokens) for h in hyps}) == 4
+    for h in hyps:
+        assert _teacher_forced_log_prob(parser, source, starts, h.tokens) == pytest.approx(h.log_prob, abs=1e-3)
     tree = trees.to_string(trees.delinearize(parser.vocab.decode(hyp.tokens), words_))
     assert parser.attention(" ".join(words_), tree).cross.shape[2] == len(hyp.tokens) + 1  # <s> + the tree's tokens
 
 
-def test_pointer_refused_for_translation_and_word_count_mismatch(pointer_run):
-    import numpy as np
+def test_words_are_encoded_one_by_one_with_their_starts(pointer_run):
+    """Every word gets its own pieces and its start, even where SentencePiece's normalisation would split a word
+    (NFKC turns the acute accent into a space and an accent) or drop it (a zero-width space): UNK then."""
+    from transduce.data.tokenizer import UNK_ID
+    from transduce.tasks.parsing import encode_words
 
-    from transduce.data import ParallelCorpus, TokenArrays
-    from transduce.tasks.parsing import check_word_counts
-
-    _, task = pointer_run
+    run, task = pointer_run
+    words_ = ["I", "don\u00b4t", "\u200b", "know"]
+    (ids,), (starts,) = encode_words(task.data.tokenizer, [words_])
+    assert len(starts) == len(words_) + 1 and starts[0] == 0 and starts[-1] == len(ids)
+    assert all(a < b for a, b in zip(starts, starts[1:]))
+    assert ids[starts[2] : starts[3]] == [UNK_ID]
+    sentence_level = task.data.tokenizer.encode(["the dog sees a cat ."])[0]
+    assert encode_words(task.data.tokenizer, [["the", "dog", "sees", "a", "cat", "."]])[0][0] == sentence_level
+    tree = Parser.from_run(run, device="cpu").parse([" ".join(words_)])[0]
+    assert len(_leaves(tree)) == 4
     corpus = task.data.splits["train"]
-    starts, leaves = task.pointer
-    check_word_counts(corpus, starts, leaves, "train")  # the prepared data: one word start per leaf
-    src = [corpus.src[i].tolist() for i in range(3)]
-    tgt = [corpus.tgt[i].tolist() for i in range(3)]
-    src[2] = src[2][:1]  # one word left in the source of the third pair
-    broken = ParallelCorpus(TokenArrays.from_lists(src), TokenArrays.from_lists(tgt))
-    with pytest.raises(DataError, match="train tree 3: 1 words in the source pieces"):
-        check_word_counts(broken, starts, leaves, "train")
-    assert np.all(leaves[: task.data.vocab.offset] == 0)
+    assert len(corpus.starts) == len(corpus) and all(
+        len(corpus.starts[i]) == sum(1 for t in task.data.vocab.decode(corpus.tgt[i].tolist()) if t[0] not in "()") + 1
+        for i in range(20)
+    )
+
+
+def test_pointer_refused_for_translation_and_export(pointer_run, tmp_path):
     from transduce.config import Config
     from transduce.tasks.translation import TranslationTask
 
@@ -456,3 +475,9 @@ def test_pointer_refused_for_translation_and_word_count_mismatch(pointer_run):
         TranslationTask.prepare(
             Config(model=ModelConfig(word_pointer=True)), Path("unused"), main=True, log=print, barrier=lambda: None
         )
+    pytest.importorskip("ctranslate2")
+    from transduce.export.ctranslate2 import ExportError, check_exportable
+
+    _, task = pointer_run
+    with pytest.raises(ExportError, match="word_pointer"):
+        check_exportable(task.config.model, task.data.tokenizer)

@@ -143,7 +143,8 @@ class TreeConstraint:
         used); None when the constraint was bound without word positions."""
         if self.word_starts is None:
             return None
-        return state.word_starts.gather(1, state.used.view(-1, 1)).view(-1)
+        used = state.used.clamp(max=state.word_starts.size(1) - 1)  # rows of a -inf beam may run past the words
+        return state.word_starts.gather(1, used.view(-1, 1)).view(-1)
 
     def allowed(self, state: TreeState) -> Tensor:
         """(N, V) bool: the tokens each row may emit next."""

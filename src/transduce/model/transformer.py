@@ -280,7 +280,7 @@ class DecoderCache:
     src_pad_mask: Tensor  # (B, S)
     cross_mask: Tensor | None  # (B, 1, 1, S)
     step: int = 0
-    memory: Tensor | None = None  # (B, S, D) the encoder output, kept only for the word pointer
+    pointer_memory: Tensor | None = None  # (B, S, D) W_p . encoder output, kept only for the word pointer
 
     def reorder(self, index: Tensor) -> None:
         """Keep the self-attention history of rows `index` (beam search: each beam's parent)."""
@@ -297,7 +297,8 @@ class DecoderCache:
             self.reorder(index)
         self.memory_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv]
         self.src_pad_mask = self.src_pad_mask.index_select(0, index)
-        self.memory = None if self.memory is None else self.memory.index_select(0, index)
+        if self.pointer_memory is not None:
+            self.pointer_memory = self.pointer_memory.index_select(0, index)
         self.cross_mask = None if self.cross_mask is None else self.cross_mask.index_select(0, index)
 
 
@@ -399,18 +400,23 @@ class Transformer(nn.Module):
         return self.encoder(src, self.pad_mask(src))  # (B, S, D)
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor, word_pos: Tensor | None = None) -> Tensor:
-        return self.output(self.decoder(tgt_in, memory, src_pad_mask, self._pointed(memory, word_pos)))  # (B, T, V)
+        extra = self._pointed(self._pointer_memory(memory), word_pos)
+        return self.output(self.decoder(tgt_in, memory, src_pad_mask, extra))  # (B, T, V)
 
-    def _pointed(self, memory: Tensor | None, word_pos: Tensor | None) -> Tensor | None:
-        """The word pointer's input: W_p . memory[b, word_pos[b, t]] -> (B, T, D); None without a pointer."""
+    def _pointer_memory(self, memory: Tensor) -> Tensor | None:
+        """W_p . memory (B, S, D), projected once per batch; None without the word pointer."""
+        return None if self.word_proj is None else self.word_proj(memory)
+
+    def _pointed(self, projected: Tensor | None, word_pos: Tensor | None) -> Tensor | None:
+        """The word pointer's input: (W_p . memory)[b, word_pos[b, t]] -> (B, T, D); None without a pointer."""
         if self.word_proj is None:
             if word_pos is not None:
                 raise ValueError("word positions given to a model without model.word_pointer")
             return None
-        if word_pos is None or memory is None:
+        if word_pos is None or projected is None:
             raise ValueError("a model with model.word_pointer needs the word positions (word_pos)")
-        index = word_pos.view(word_pos.size(0), -1, 1).expand(-1, -1, memory.size(-1))  # (B, T, D)
-        return self.word_proj(memory.gather(1, index))
+        index = word_pos.view(word_pos.size(0), -1, 1).expand(-1, -1, projected.size(-1))  # (B, T, D)
+        return projected.gather(1, index)
 
     def forward(
         self, src: Tensor, tgt_in: Tensor, positions: Tensor | None = None, word_pos: Tensor | None = None
@@ -421,7 +427,8 @@ class Transformer(nn.Module):
         memory = self.encode(src)
         if positions is None:
             return self.decode(tgt_in, memory, self.pad_mask(src), word_pos)  # (B, T, V)
-        h = self.decoder(tgt_in, memory, self.pad_mask(src), self._pointed(memory, word_pos))  # (B, T, D)
+        extra = self._pointed(self._pointer_memory(memory), word_pos)
+        h = self.decoder(tgt_in, memory, self.pad_mask(src), extra)  # (B, T, D)
         h = h.reshape(-1, h.size(-1)).index_select(0, positions)  # (N, D)
         return self.output(h)  # (N, V)
 
@@ -434,13 +441,13 @@ class Transformer(nn.Module):
             self_kv=[None] * len(memory_kv),
             src_pad_mask=src_pad_mask,
             cross_mask=cross_mask,
-            memory=memory if self.word_proj is not None else None,
+            pointer_memory=self._pointer_memory(memory),
         )
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache, word_pos: Tensor | None = None) -> Tensor:
         """tokens: (B,) the newest token of each row; `word_pos` (B,), word-pointer models only: the source position
         of the next word each row has to cover. Returns next-token logits (B, V); updates `cache`."""
-        return self.output(self.decoder.step(tokens, cache, self._pointed(cache.memory, word_pos)))
+        return self.output(self.decoder.step(tokens, cache, self._pointed(cache.pointer_memory, word_pos)))
 
     @contextlib.contextmanager
     def recording_attention(self):

@@ -15,7 +15,8 @@ a Foreign Language". The same encoder-decoder Transformer reads a sentence and w
   learn to (it writes trees of the right shape with tags of the wrong words). With the pointer, each decoder input
   also gets (a projection of) the encoder state of the first piece of the next word to cover (after the last word:
   the source EOS). Training reads that word off the target (leaves written so far); decoding off the tree
-  constraint's counter. Word starts are the pieces that begin with SentencePiece's "\u2581" (one per word).
+  constraint's counter. Words are cut into pieces one by one, so each word's first piece is known whatever the
+  tokenizer's normalisation does to the text (ParseCorpus.starts).
 - Validation: loss, and F1 scored like EVALB (tasks/evalb.py: COLLINS.prm plus DELETE_LABEL ROOT, strict, gold tags
   put back, the usual published setting) on the first `train.valid_max_sentences` trees of the valid file.
 
@@ -84,7 +85,7 @@ from .trees import (
     words,
 )
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: words encoded one by one, their start positions kept (the word pointer)
 TARGET_VOCAB = "target_vocab.json"
 
 
@@ -238,6 +239,33 @@ class TargetVocab:
 
 
 @dataclass
+class ParseCorpus(ParallelCorpus):
+    """Source pieces and target ids, plus per sentence the source position of each word's first piece and then the
+    position of the source EOS (n + 1 values for n words): what the word pointer points at."""
+
+    starts: TokenArrays = field(default_factory=lambda: TokenArrays.from_lists([]))
+
+
+def encode_words(tokenizer: Tokenizer, sentences: Sequence[Sequence[str]]) -> tuple[list[list[int]], list[list[int]]]:
+    """Each word cut into pieces on its own (a word SentencePiece would drop, e.g. a lone control character,
+    becomes UNK), so that every word has its own pieces whatever the tokenizer's normalisation does to the text.
+    Returns the piece ids per sentence (without EOS) and the word starts (see ParseCorpus)."""
+    flat = [w for sentence in sentences for w in sentence]
+    pieces = iter(tokenizer.encode(flat) if flat else [])
+    ids: list[list[int]] = []
+    starts: list[list[int]] = []
+    for sentence in sentences:
+        row: list[int] = []
+        at: list[int] = []
+        for _ in sentence:
+            at.append(len(row))
+            row.extend(next(pieces) or [UNK_ID])
+        ids.append(row)
+        starts.append([*at, len(row)])
+    return ids, starts
+
+
+@dataclass
 class ParseData:
     """A prepared data folder: the word tokenizer, the target vocabulary, encoded splits, and for validation the
     valid trees as read (the gold side of EVALB) with their words."""
@@ -245,7 +273,7 @@ class ParseData:
     root: Path
     tokenizer: Tokenizer
     vocab: TargetVocab
-    splits: dict[str, ParallelCorpus]
+    splits: dict[str, ParseCorpus]
     summary: dict
     valid_words: list[list[str]] = field(default_factory=list)
     valid_gold: list[Tree] = field(default_factory=list)
@@ -321,14 +349,17 @@ def _prepare_into(config: ParseDataConfig, files: dict[str, list[Path]], out: Pa
         "splits": {},
     }
     for split, trees in raw.items():
-        src = tokenizer.encode(sentences[split])
+        src, starts = encode_words(tokenizer, [words(t) for t in normalized[split]])
         tgt = [vocab.encode(linearize(t, keep_tags=config.keep_tags)) for t in normalized[split]]
         keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if len(s) <= config.max_len and len(t) <= config.max_len]
-        corpus = ParallelCorpus(
-            TokenArrays.from_lists([src[i] for i in keep]), TokenArrays.from_lists([tgt[i] for i in keep])
+        corpus = ParseCorpus(
+            TokenArrays.from_lists([src[i] for i in keep]),
+            TokenArrays.from_lists([tgt[i] for i in keep]),
+            TokenArrays.from_lists([starts[i] for i in keep]),
         )
         corpus.src.save(out / f"{split}.src")
         corpus.tgt.save(out / f"{split}.tgt")
+        corpus.starts.save(out / f"{split}.starts")
         if split == "valid":  # the gold side of EVALB: the trees as read (scored like any gold file), and the words
             _write_lines(out / "valid.gold.trees", [to_string(trees[i]) for i in keep])
             _write_lines(out / "valid.words.txt", [sentences[split][i] for i in keep])
@@ -372,7 +403,7 @@ def load_parse_data(root: str | Path) -> ParseData:
     try:
         summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
         splits = {
-            name: ParallelCorpus(TokenArrays.load(root / f"{name}.src"), TokenArrays.load(root / f"{name}.tgt"))
+            name: ParseCorpus(*(TokenArrays.load(root / f"{name}.{part}") for part in ("src", "tgt", "starts")))
             for name in summary["splits"]
         }
         data = ParseData(
@@ -412,47 +443,12 @@ def format_summary(summary: dict) -> str:
 # ----------------------------------------------------------------------------------------------------- word pointer
 
 
-def word_start_table(tokenizer: Tokenizer, size: int) -> np.ndarray:
-    """(size,) bool: the ids that begin a word (pieces starting with "\u2581"); target tokens never do."""
-    table = np.zeros(size, dtype=bool)
-    for i in range(tokenizer.vocab_size):
-        table[i] = tokenizer.sp.id_to_piece(i).startswith("\u2581")
-    return table
-
-
-def word_starts(source: Sequence[int], table: np.ndarray) -> list[int]:
-    """Source positions of each word's first piece, then of EOS (the source's last position when it ends with
-    EOS, else one past the pieces)."""
-    ids = np.asarray(source, dtype=np.int64)
-    body = ids[:-1] if len(ids) and ids[-1] == EOS_ID else ids
-    return [*np.flatnonzero(table[body]).tolist(), len(body)]
-
-
-def word_positions(source: np.ndarray, target: np.ndarray, starts: np.ndarray, leaves: np.ndarray) -> np.ndarray:
-    """For the decoder inputs BOS + target: the source position of the next word to cover at each of them (the
-    words used so far are the leaves already written). (len(target) + 1,)"""
-    at = np.flatnonzero(starts[source]).tolist() + [len(source)]  # the EOS follows the pieces in the batch
+def word_positions(starts: np.ndarray, target: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+    """For the decoder inputs BOS + target: the source position of the next word to cover at each of them, given
+    the sentence's word starts (ParseCorpus) and which ids are leaves (the words used so far are the leaves
+    already written). (len(target) + 1,)"""
     used = np.concatenate([[0], np.cumsum(leaves[target])])
-    return np.asarray(at)[np.minimum(used, len(at) - 1)]
-
-
-def _row_counts(arr: TokenArrays, table: np.ndarray) -> np.ndarray:
-    """Per row of `arr`: how many of its ids `table` marks."""
-    total = np.concatenate([[0], np.cumsum(table[arr.ids])])
-    return total[arr.offsets[1:]] - total[arr.offsets[:-1]]
-
-
-def check_word_counts(corpus: ParallelCorpus, starts: np.ndarray, leaves: np.ndarray, split: str) -> None:
-    """Every pair must have as many word starts in its source as leaves in its target, or the pointer would point
-    at the wrong words. Raises DataError naming the first pair that does not."""
-    n_words, n_leaves = _row_counts(corpus.src, starts), _row_counts(corpus.tgt, leaves)
-    bad = np.flatnonzero(n_words != n_leaves)
-    if bad.size:
-        i = int(bad[0])
-        raise DataError(
-            f"{split} tree {i + 1}: {int(n_words[i])} words in the source pieces but {int(n_leaves[i])} leaves in "
-            "the tree; the word pointer needs one piece starting with \u2581 per word"
-        )
+    return np.asarray(starts)[np.minimum(used, len(starts) - 1)]
 
 
 # ------------------------------------------------------------------------------------------------------------- task
@@ -468,25 +464,23 @@ class ParsingTask(SequenceTask):
 
     def __init__(self, config: ParsingRunConfig, data: ParseData) -> None:
         self.config, self.data = config, data
-        self.splits = data.splits
+        self.splits = dict[str, ParallelCorpus](data.splits)
         self.corpus = data.splits["train"]
         self.has_validation = bool(len(data.splits.get("valid", ())))
         self.description = f"{len(self.corpus):,} training trees"
-        self.pointer: tuple[np.ndarray, np.ndarray] | None = None  # (word-start ids, leaf ids) tables
-        if config.model.word_pointer:
-            size = data.vocab.size
-            self.pointer = (word_start_table(data.tokenizer, size), data.vocab.constraint().kinds.eq(LEAF).numpy())
-            for name, corpus in data.splits.items():
-                check_word_counts(corpus, *self.pointer, name)
+        # the word pointer reads the words used so far off the leaves of the target (an UNK leaf, a tag only the
+        # valid file has, is not counted: that sentence's pointer then lags one word behind, in the valid loss only)
+        self.leaves = data.vocab.constraint().kinds.eq(LEAF).numpy() if config.model.word_pointer else None
 
     def collate_pairs(self, corpus: ParallelCorpus, indices: np.ndarray, **options) -> Batch:
         """The pairs as a Batch, with the word pointer's positions (B, T) when the model has one."""
         batch = super().collate_pairs(corpus, indices, **options)
-        if self.pointer is None:
+        if self.leaves is None:
             return batch
+        assert isinstance(corpus, ParseCorpus)
         word_pos = torch.zeros_like(batch.tgt_in)
         for row, i in enumerate(indices):  # a loop over sentences, as in data.collate
-            pos = word_positions(corpus.src[i], corpus.tgt[i], *self.pointer)
+            pos = word_positions(corpus.starts[i], corpus.tgt[i], self.leaves)
             word_pos[row, : len(pos)] = torch.from_numpy(pos)
         return dataclasses.replace(batch, word_pos=word_pos)
 
@@ -588,7 +582,7 @@ class Parser:
         self.model, self.tokenizer, self.vocab = model, tokenizer, vocab
         self.decode = decode or ParseDecodeConfig()
         self.constraint = vocab.constraint()
-        self.starts = word_start_table(tokenizer, vocab.size) if model.config.word_pointer else None
+        self.leaves = self.constraint.kinds.eq(LEAF).numpy() if model.config.word_pointer else None
 
     @classmethod
     def from_run(cls, path: str | Path, *, device: str = "auto") -> Parser:
@@ -626,25 +620,18 @@ class Parser:
             [[escape_word(w) for w in s.split()] for s in sentences], beam=beam, alpha=alpha, progress=progress
         )
 
-    def _sources(self, sentences: Sequence[list[str]]) -> list[list[int]]:
-        """Piece ids + EOS per sentence; a sentence the model's positions cannot hold is refused (a parse must
-        cover every word, so it cannot be cut as a translation input is)."""
+    def _sources(self, sentences: Sequence[list[str]]) -> tuple[list[list[int]], list[list[int]]]:
+        """Piece ids + EOS per sentence, and its word starts (encode_words); a sentence the model's positions cannot
+        hold is refused (a parse must cover every word, so it cannot be cut as a translation input is)."""
         limit = self.model.config.max_len - 1
-        ids = self.tokenizer.encode([" ".join(s) for s in sentences]) if sentences else []
+        ids, starts = encode_words(self.tokenizer, sentences)
         for i, (words_, pieces) in enumerate(zip(sentences, ids)):
             if len(pieces) + 1 > limit or len(words_) + 3 > limit:
                 raise DataError(
                     f"line {i + 1}: {len(words_)} words ({len(pieces)} pieces) do not fit the model's "
                     f"{self.model.config.max_len} positions; split the sentence"
                 )
-        if self.starts is not None:
-            for i, (words_, pieces) in enumerate(zip(sentences, ids)):
-                if len(word_starts(pieces, self.starts)) != len(words_) + 1:
-                    raise DataError(
-                        f"line {i + 1}: the tokenizer does not start every word with a piece of its own "
-                        "(the word pointer needs one)"
-                    )
-        return [p + [EOS_ID] for p in ids]
+        return [p + [EOS_ID] for p in ids], starts
 
     def _batches(self, sources: list[list[int]], todo: list[int], budget: int) -> list[list[int]]:
         """Sentences by falling length, batched while sentences x longest source x beam stays within `budget`."""
@@ -672,7 +659,7 @@ class Parser:
         alpha = d.alpha if alpha is None else alpha
         if beam < 1:
             raise ConfigError(f"beam must be at least 1, got {beam}")
-        sources = self._sources(sentences)
+        sources, starts = self._sources(sentences)
         todo = [i for i, s in enumerate(sentences) if s]
         results: list[Tree | None] = [None] * len(sentences)
         was_training = self.model.training
@@ -680,9 +667,10 @@ class Parser:
         bar = tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr, leave=False)
         try:
             for batch in self._batches(sources, todo, max(1, d.batch_tokens // beam)):
-                for i, tree in zip(
-                    batch, self._parse_batch([sentences[i] for i in batch], [sources[i] for i in batch], beam, alpha)
-                ):
+                trees = self._parse_batch(
+                    [sentences[i] for i in batch], [sources[i] for i in batch], [starts[i] for i in batch], beam, alpha
+                )
+                for i, tree in zip(batch, trees):
                     results[i] = tree
                 bar.update(len(batch))
         finally:
@@ -690,13 +678,16 @@ class Parser:
             self.model.train(was_training)
         return results
 
-    def _parse_batch(self, sentences: list[list[str]], sources: list[list[int]], beam: int, alpha: float) -> list[Tree]:
+    def _parse_batch(
+        self, sentences: list[list[str]], sources: list[list[int]], starts: list[list[int]], beam: int, alpha: float
+    ) -> list[Tree]:
         d = self.decode
         src = torch.full((len(sources), max(map(len, sources))), PAD_ID, dtype=torch.long)
         for row, ids in enumerate(sources):
             src[row, : len(ids)] = torch.tensor(ids)
-        starts = None if self.starts is None else [word_starts(ids, self.starts) for ids in sources]
-        constraint = self.constraint.for_sentences([len(s) for s in sentences], starts)
+        constraint = self.constraint.for_sentences(
+            [len(s) for s in sentences], starts if self.leaves is not None else None
+        )
         options: dict[str, Any] = {
             "max_len_a": d.max_len_a,
             "max_len_b": d.max_len_b,
@@ -729,16 +720,15 @@ class Parser:
         words_ = [escape_word(w) for w in source.split()]
         if not words_:
             raise ConfigError("the sentence to draw is empty")
-        src_ids = self._sources([words_])[0]
+        (src_ids,), (starts,) = self._sources([words_])
         tree = self.parse_words([words_])[0] if target is None else parse_tree(target, source="--tgt")
         assert tree is not None
         tgt_ids = self.target_ids(tree)[: self.model.config.max_len - 1]
         was_training = self.model.training
         self.model.eval()
         word_pos = None
-        if self.starts is not None:
-            leaves = self.constraint.kinds.eq(LEAF).cpu().numpy()
-            pos = word_positions(np.asarray(src_ids[:-1]), np.asarray(tgt_ids, dtype=np.int64), self.starts, leaves)
+        if self.leaves is not None:
+            pos = word_positions(np.asarray(starts), np.asarray(tgt_ids, dtype=np.int64), self.leaves)
             word_pos = torch.from_numpy(pos).view(1, -1).to(self.device)
         with self.model.recording_attention():
             self.model(
