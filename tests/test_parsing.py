@@ -481,3 +481,11 @@ def test_pointer_refused_for_translation_and_export(pointer_run, tmp_path):
     _, task = pointer_run
     with pytest.raises(ExportError, match="word_pointer"):
         check_exportable(task.config.model, task.data.tokenizer)
+
+
+def test_subword_sampling_is_refused_for_parsing(tiny_run):
+    from transduce.training.loop import check_setup
+
+    _, task = tiny_run
+    with pytest.raises(ConfigError, match="subword_sampling applies to translation runs, not to parsing"):
+        check_setup(task, TrainConfig(subword_sampling=0.1, early_stop_metric="f1"))

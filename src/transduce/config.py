@@ -158,6 +158,8 @@ class TrainConfig:
     save_every: int = 1000
     keep_last: int = 5
     average_last: int = 0  # at the end, average the last N kept checkpoints into RUN/averaged.safetensors (0: no)
+    subword_sampling: float = 0.0  # translation: SentencePiece sampling of the training pairs, drawn anew each epoch
+    # (BPE-dropout rate for a BPE tokenizer, the smoothing alpha for a unigram one; Kudo 2018, Provilkov et al. 2020)
     log_every: int = 50
     max_minutes: float = 0.0  # stop (and save) after this much wall-clock time; 0 = no limit
     max_epochs: int = 0  # stop after this many passes over the training data; 0 = no limit
@@ -195,6 +197,8 @@ class TrainConfig:
             )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if not 0.0 <= self.subword_sampling < 1.0:
+            raise ConfigError(f"train.subword_sampling must be in [0, 1), got {self.subword_sampling}")
 
 
 @dataclass(frozen=True, kw_only=True)

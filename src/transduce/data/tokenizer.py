@@ -59,6 +59,20 @@ class Tokenizer:
         """Texts -> token ids (no BOS/EOS; callers add them)."""
         return self.sp.encode([self.normalize(t) for t in texts], out_type=int, num_threads=os.cpu_count() or 1)
 
+    def encode_sampled(self, texts: Sequence[str], *, alpha: float, seed: int) -> list[list[int]]:
+        """Texts -> one segmentation drawn at random (subword regularisation): BPE-dropout with rate `alpha` for a
+        BPE model, sampling from all segmentations with smoothing `alpha` for a unigram one. The same seed gives
+        the same segmentations (one thread: SentencePiece's generator is seeded once per call)."""
+        spm.set_random_generator_seed(seed)
+        return self.sp.encode(
+            [self.normalize(t) for t in texts],
+            out_type=int,
+            enable_sampling=True,
+            alpha=alpha,
+            nbest_size=-1,
+            num_threads=1,
+        )
+
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         return self.sp.decode([list(map(int, x)) for x in ids])
 

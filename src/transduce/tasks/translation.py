@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..config import Config, ConfigError, read_config, save_config
-from ..data import Batch, ParallelCorpus, Prepared, collate, prepare
+from ..data import Batch, ParallelCorpus, Prepared, TokenArrays, collate, prepare
 from ..data.batching import make_batches
 from ..decoding.translator import Translator
 from ..metrics import score
@@ -107,6 +107,7 @@ class TranslationTask(SequenceTask):
 
     name: ClassVar[str] = "translation"
     config_class: ClassVar[type] = Config
+    samples_subwords: ClassVar[bool] = True  # train.subword_sampling
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "bleu": ("valid_bleu", True)}
 
     def __init__(self, config: Config, data: Prepared) -> None:
@@ -115,6 +116,34 @@ class TranslationTask(SequenceTask):
         self.corpus: ParallelCorpus = data.splits["train"]
         self.has_validation = "valid" in data.splits
         self.description = f"{len(self.corpus):,} training pairs"
+        self._texts: tuple[list[str], list[str]] | None = None  # the training text, read for subword sampling
+
+    def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+        """The epoch's batches; with train.subword_sampling, over the training pairs segmented anew for the epoch."""
+        if self.config.train.subword_sampling > 0:
+            self.corpus = self.sampled_corpus(seed=seed, epoch=epoch)
+        return super().batches(max_tokens=max_tokens, seed=seed, epoch=epoch)
+
+    def sampled_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
+        """The training pairs with both sides segmented at random (train.subword_sampling), a pure function of
+        (seed, epoch) so that a resumed run sees the same pieces. A pair whose sampled segmentation exceeds
+        data.max_len keeps its prepared ids."""
+        if self._texts is None:
+            self._texts = self.data.texts("train")
+        alpha, tokenizer = self.config.train.subword_sampling, self.data.tokenizer
+        prepared = self.data.splits["train"]
+        draw = seed * 1_000_003 + epoch  # SentencePiece's generator takes one unsigned integer
+        sides = [
+            tokenizer.encode_sampled(texts, alpha=alpha, seed=(2 * draw + k) % 2**32)
+            for k, texts in enumerate(self._texts)
+        ]
+        limit = self.config.data.max_len
+        src, tgt = [], []
+        for i, (a, b) in enumerate(zip(*sides)):
+            long = len(a) > limit or len(b) > limit
+            src.append(prepared.src[i].tolist() if long else a)
+            tgt.append(prepared.tgt[i].tolist() if long else b)
+        return ParallelCorpus(TokenArrays.from_lists(src), TokenArrays.from_lists(tgt))
 
     @classmethod
     def prepare(
