@@ -487,3 +487,18 @@ def test_subword_sampling_draws_per_epoch_and_resumes_exactly(tmp_path, toy_corp
     train(load_config(recipe), plain, quiet=True)
     unsampled = _final_weights(plain)
     assert any(not torch.equal(unsampled[k], x[k]) for k in x)  # the option changes what is learnt
+
+
+def test_first_ctrl_c_waits_for_the_update_a_second_interrupts_at_once():
+    """The loop's SIGINT handler only notes the first Ctrl-C (a KeyboardInterrupt raised inside a finalizer would
+    be dropped by Python and the run would go on); the loop stops at the next update boundary; a second one raises."""
+    from transduce.training.loop import _CtrlC
+
+    ctrl_c = _CtrlC()
+    ctrl_c.check()  # nothing requested: no exception
+    ctrl_c(signal.SIGINT, None)
+    assert ctrl_c.requested
+    with pytest.raises(KeyboardInterrupt):
+        ctrl_c.check()
+    with pytest.raises(KeyboardInterrupt):
+        ctrl_c(signal.SIGINT, None)

@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -120,30 +122,8 @@ def run_training(
         return {"step": state.step, "stopped": "max_steps", "best": state.best}
     bar = _progress_bar(tc, state, enabled=ranks.main and not quiet)
     try:
-        while state.stopped is None:
-            groups = update_groups(
-                task.batches(max_tokens=tc.max_tokens, seed=tc.seed, epoch=state.epoch),
-                world_size=ranks.world_size,
-                rank=ranks.rank,
-                accumulate=tc.accumulate,
-            )
-            if tc.max_epochs:  # the bar counts to whichever limit comes first
-                bar.total = min(
-                    tc.max_steps, state.step - state.update_in_epoch + (tc.max_epochs - state.epoch) * len(groups)
-                )
-            for u in range(state.update_in_epoch, len(groups)):
-                updated = run.update(groups[u])  # False: skipped (out of GPU memory), the data moves on all the same
-                state.update_in_epoch = u + 1
-                epoch_end = u + 1 == len(groups)
-                if epoch_end:
-                    state.finish_epoch()
-                if not updated:
-                    continue
-                bar.update(1)
-                if run.after_update(epoch_end, bar):
-                    break
-            if run.epochs_done() and state.stopped is None:
-                state.stopped = "max_epochs"
+        with _ctrl_c() as ctrl_c:
+            _train_epochs(task, tc, run, ranks, bar, ctrl_c)
     except KeyboardInterrupt:
         run.optimizer.zero_grad(set_to_none=True)
         bar.close()
@@ -153,6 +133,66 @@ def run_training(
     finally:
         bar.close()
     return run.finish()
+
+
+class _CtrlC:
+    """Ctrl-C (SIGINT) while training: the first one is noted and acted on between two updates (so it can never be
+    raised inside a finalizer, where Python would drop it); a second one interrupts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _ctrl_c():
+    handler = _CtrlC()
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield handler
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _train_epochs(task: Task, tc: TrainConfig, run: Session, ranks: Ranks, bar: tqdm, ctrl_c: _CtrlC) -> None:
+    """Epochs of updates until the run stops (max_steps, max_epochs, time limit, early stopping)."""
+    state = run.state
+    while state.stopped is None:
+        groups = update_groups(
+            task.batches(max_tokens=tc.max_tokens, seed=tc.seed, epoch=state.epoch),
+            world_size=ranks.world_size,
+            rank=ranks.rank,
+            accumulate=tc.accumulate,
+        )
+        if tc.max_epochs:  # the bar counts to whichever limit comes first
+            bar.total = min(
+                tc.max_steps, state.step - state.update_in_epoch + (tc.max_epochs - state.epoch) * len(groups)
+            )
+        for u in range(state.update_in_epoch, len(groups)):
+            ctrl_c.check()  # a Ctrl-C since the last update stops here, between two updates
+            updated = run.update(groups[u])  # False: skipped (out of GPU memory), the data moves on all the same
+            state.update_in_epoch = u + 1
+            epoch_end = u + 1 == len(groups)
+            if epoch_end:
+                state.finish_epoch()
+            if not updated:
+                continue
+            bar.update(1)
+            if run.after_update(epoch_end, bar):
+                break
+        if run.epochs_done() and state.stopped is None:
+            state.stopped = "max_epochs"
 
 
 def _progress_bar(tc: TrainConfig, state: TrainerState, *, enabled: bool) -> tqdm:
