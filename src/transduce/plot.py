@@ -139,6 +139,20 @@ def save_figure(fig, out: Path, *, dpi: int) -> None:
     atomic_write(out, lambda tmp: fig.savefig(tmp, format=fmt[1:], dpi=dpi, metadata={FORMATS[fmt]: MARK}))
 
 
+def _series(train: list[dict], valid: list[dict]) -> dict[str, list]:
+    """The plotted values of one run: per training log line and per validation."""
+    return {
+        "step": [r["step"] for r in train],
+        "loss": [r["loss"] for r in train],
+        "lr": [r["lr"] for r in train],
+        "minutes": [r["elapsed"] / 60 for r in train],
+        "valid_step": [r["step"] for r in valid],
+        "valid_loss": [r.get("valid_loss") for r in valid],
+        **{key: [r.get(key) for r in valid] for key in SCORES},
+        "valid_minutes": [r["elapsed"] / 60 for r in valid],
+    }
+
+
 def plot_curves(runs: list[str | Path], out: str | Path) -> dict[str, dict[str, list]]:
     """Training and validation loss, the task's validation score (BLEU, parsing F1 or classification accuracy) and
     learning rate, against steps (top) and wall-clock minutes (bottom); one colour per run. Returns the plotted
@@ -148,18 +162,7 @@ def plot_curves(runs: list[str | Path], out: str | Path) -> dict[str, dict[str, 
     for i, run in enumerate(runs):
         train, valid = read_metrics(run)
         label, color = Path(run).name, f"C{i}"
-        series = {
-            "step": [r["step"] for r in train],
-            "loss": [r["loss"] for r in train],
-            "lr": [r["lr"] for r in train],
-            "minutes": [r["elapsed"] / 60 for r in train],
-            "valid_step": [r["step"] for r in valid],
-            "valid_loss": [r.get("valid_loss") for r in valid],
-            "valid_bleu": [r.get("valid_bleu") for r in valid],
-            "valid_f1": [r.get("valid_f1") for r in valid],
-            "valid_accuracy": [r.get("valid_accuracy") for r in valid],
-            "valid_minutes": [r["elapsed"] / 60 for r in valid],
-        }
+        series = _series(train, valid)
         plotted[label] = series
         for row, (x, vx, xlabel) in enumerate(
             [("step", "valid_step", "step"), ("minutes", "valid_minutes", "wall-clock minutes")]
