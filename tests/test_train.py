@@ -337,6 +337,7 @@ def test_average_is_the_elementwise_mean(tmp_path, toy_corpus):
 def test_ddp_two_processes_equal_one_process_with_accumulation(tmp_path, toy_corpus):
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=6, save_every=6, dropout=0.0)
     run_cli("train", str(recipe), "--out", str(tmp_path / "single"), "--set", "train.accumulate=2")
+    # the DDP run has a time limit: rank 0's clock is then broadcast after every update (without changing a weight)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [
@@ -353,6 +354,8 @@ def test_ddp_two_processes_equal_one_process_with_accumulation(tmp_path, toy_cor
             str(recipe),
             "--out",
             str(tmp_path / "ddp"),
+            "--set",
+            "train.max_minutes=60",
         ],
         env=env,
         capture_output=True,

@@ -103,6 +103,38 @@ def test_max_minutes_stops_saves_and_validates_where_it_stopped(tmp_path, toy_co
     assert f"finished at step {stopped} (max_minutes)" in log
 
 
+# train.lr_clock -----------------------------------------------------------------------------------------------------
+def test_lr_clock_decays_to_zero_when_the_minutes_run_out(tmp_path, toy_corpus, monkeypatch):
+    # A clock that says one second per update: warm-up ends at update 5 (5 s), the budget is 30 s, max_steps far away.
+    from transduce.training.loop import Session
+
+    monkeypatch.setattr(Session, "elapsed", lambda self: float(self.state.step))
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=10_000, save_every=1000, valid_every=1000)
+    overrides = ["train.lr_schedule=linear", "train.peak_lr=0.001", "train.warmup_steps=5", "train.lr_clock=true"]
+    config = load_config(recipe, [*overrides, "train.max_minutes=0.5", "train.log_every=1", "train.valid_bleu=false"])
+    run = tmp_path / "run"
+    result = train(config, run, quiet=True)
+
+    assert result["stopped"] == "max_minutes" and result["step"] == 30
+    lr = {r["step"]: r["lr"] for r in records(run, "train")}
+    assert lr[3] == pytest.approx(0.001 * 3 / 5)  # the warm-up is counted in updates
+    # update s is set by the clock after update s - 1: (30 - (s - 1)) / 25 of the peak
+    assert lr[6] == pytest.approx(0.001, rel=1e-3)
+    assert lr[18] == pytest.approx(0.001 * 13 / 25)
+    assert lr[30] == pytest.approx(0.001 / 25)
+    # the step-based line alone would still be near the peak: the clock set the rate
+    assert learning_rate(30, config.train, d_model=32) > 0.0009
+    trainer = json.loads((checkpoint_dirs(run)[-1] / "trainer.json").read_text())
+    assert trainer["decay_start"] == 5.0  # saved, so that a resumed run goes on down the same line
+
+
+def test_lr_clock_needs_the_linear_schedule_and_a_budget():
+    with pytest.raises(ConfigError, match="train.lr_clock needs"):
+        load_config(None, ["train.lr_clock=true", "train.lr_schedule=linear"])
+    with pytest.raises(ConfigError, match="train.lr_clock needs"):
+        load_config(None, ["train.lr_clock=true", "train.max_minutes=60"])
+
+
 # Checkpoint order and leftovers on resume ----------------------------------------------------------------------------
 def test_resume_takes_the_newest_checkpoint_and_old_ones_go_oldest_first(tmp_path, toy_corpus):
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=12, save_every=2)

@@ -140,6 +140,8 @@ class TrainConfig:
     pad_multiple: int = 1  # pad training batches' lengths up to a multiple of this (8 or 16: bounded GPU shapes)
     lr_schedule: str = "noam"  # "noam" = Eq. 3 x lr_scale; "inverse_sqrt" (fairseq's), "constant" or "linear"
     # (linear: warm-up to peak_lr, then down to 0 at max_steps)
+    lr_clock: bool = False  # linear: also decay with the wall clock, reaching 0 at max_minutes if that comes first
+    # (the hour ends with the rate at 0 however fast the machine is; the price: a resumed run is not bit-identical)
     lr_scale: float = 1.0
     peak_lr: float = 5e-4
     warmup_steps: int = 4000
@@ -199,6 +201,11 @@ class TrainConfig:
             raise ConfigError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if not 0.0 <= self.subword_sampling < 1.0:
             raise ConfigError(f"train.subword_sampling must be in [0, 1), got {self.subword_sampling}")
+        if self.lr_clock and (self.lr_schedule != "linear" or self.max_minutes <= 0):
+            raise ConfigError(
+                "train.lr_clock needs train.lr_schedule = 'linear' and a train.max_minutes budget to decay over, "
+                f"got lr_schedule {self.lr_schedule!r}, max_minutes {self.max_minutes}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

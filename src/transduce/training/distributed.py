@@ -68,8 +68,13 @@ def all_ranks_sum(value: float, ranks: Ranks, device: torch.device) -> float:
 
 def broadcast_flag(flag: bool, ranks: Ranks, device: torch.device) -> bool:
     """Rank 0's decision (stop early, time is up), on every rank (on `device`: NCCL takes CUDA tensors only)."""
+    return bool(broadcast_value(float(flag), ranks, device))
+
+
+def broadcast_value(value: float, ranks: Ranks, device: torch.device) -> float:
+    """Rank 0's number (its clock, for train.lr_clock), on every rank."""
     if ranks.world_size == 1:
-        return flag
-    verdict = torch.tensor([float(flag)], device=device)
-    dist.broadcast(verdict, src=0)
-    return bool(verdict[0])
+        return value
+    moved = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.broadcast(moved, src=0)
+    return float(moved[0])

@@ -32,8 +32,8 @@ from ..model import cpu_speed
 from ..outputs import OutputError, claim_folder, exclusive, read_manifest, write_manifest
 from ..tasks.base import Task, task_class
 from .checkpoint import average_run, checkpoint_dirs, load_checkpoint, save_checkpoint, save_weights
-from .distributed import Ranks, all_ranks_sum, broadcast_flag, gather_rng, rank_seed, setup_distributed
-from .optim import build_optimizer, learning_rate
+from .distributed import Ranks, all_ranks_sum, broadcast_flag, broadcast_value, gather_rng, rank_seed, setup_distributed
+from .optim import build_optimizer, clock_decay, learning_rate
 from .runlog import RunLog
 from .state import TrainerState
 
@@ -229,6 +229,7 @@ class Session:
     window: dict = dataclasses.field(default_factory=dict)
     consecutive_oom: int = 0
     lr: float = 0.0
+    clock: float = 0.0  # rank 0's elapsed seconds after the last update (the same on every rank)
 
     @classmethod
     def start(
@@ -247,6 +248,7 @@ class Session:
         optimizer = build_optimizer(model, tc)
         state = _restore(run_dir, model, optimizer, ranks, tc, runlog)
         run = cls(task, tc, run_dir, ranks, device, runlog, model, optimizer, state, start_elapsed=state.elapsed)
+        run.clock = state.elapsed
         run.net, run.autocast = _wrap(model, tc, ranks, device)
         run.reset_window()
         runlog.text(
@@ -287,6 +289,11 @@ class Session:
             self.skip_out_of_memory()
             return False
         self.lr = learning_rate(self.state.step + 1, self.tc, self.d_model)
+        if self.tc.lr_clock:  # whichever budget runs out first, updates or minutes, sets the rate
+            budget = self.tc.max_minutes * 60
+            self.lr = min(
+                self.lr, self.tc.peak_lr * clock_decay(self.clock, decay_start=self.state.decay_start, budget=budget)
+            )
         for group_ in self.optimizer.param_groups:
             group_["lr"] = self.lr
         if self.tc.clip_norm > 0:
@@ -435,7 +442,10 @@ class Session:
         state, tc = self.state, self.tc
         if not tc.max_minutes or state.stopped:
             return
-        if not broadcast_flag(self.elapsed() >= tc.max_minutes * 60, self.ranks, self.device):
+        self.clock = broadcast_value(self.elapsed(), self.ranks, self.device)
+        if tc.lr_clock and state.decay_start is None and state.step >= tc.warmup_steps:
+            state.decay_start = self.clock
+        if self.clock < tc.max_minutes * 60:
             return
         if self.task.has_validation and state.step % tc.valid_every and not last:
             self.validate()

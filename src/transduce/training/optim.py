@@ -31,6 +31,16 @@ def linear_decay_lr(step: int, *, peak_lr: float, warmup_steps: int, total_steps
     return peak_lr * max(0.0, total_steps - step) / max(1, total_steps - warmup_steps)
 
 
+def clock_decay(elapsed: float, *, decay_start: float | None, budget: float) -> float:
+    """train.lr_clock: the fraction of peak_lr the wall clock allows, falling in a straight line from 1 when the
+    warm-up ended (`decay_start` seconds into the run; None: not yet) to 0 at the end of the budget (seconds)."""
+    if decay_start is None:
+        return 1.0
+    if budget <= decay_start:
+        return 0.0
+    return min(1.0, max(0.0, (budget - elapsed) / (budget - decay_start)))
+
+
 def learning_rate(step: int, config: TrainConfig, d_model: int) -> float:
     if config.lr_schedule == "constant":  # linear warm-up, then peak_lr (IMDB: Adam at 1e-3)
         return config.peak_lr * min(1.0, max(step, 1) / config.warmup_steps)

@@ -17,6 +17,7 @@ class TrainerState:
     elapsed: float = 0.0  # training seconds, across resumes (for train.max_minutes)
     oom_skips: int = 0  # updates skipped because the GPU ran out of memory
     target_tokens: int = 0  # what the loss was summed over, in all
+    decay_start: float | None = None  # train.lr_clock: `elapsed` when the warm-up ended (the clock decay's start)
     stopped: str | None = None  # why training stopped: max_steps, max_epochs, max_minutes, early_stop (not saved)
 
     SAVED: ClassVar[tuple[str, ...]] = (
@@ -27,6 +28,7 @@ class TrainerState:
         "elapsed",
         "oom_skips",
         "target_tokens",
+        "decay_start",
     )
 
     def to_checkpoint(self) -> dict:
