@@ -88,29 +88,23 @@ def run_cli(*args, check=True, **kw) -> subprocess.CompletedProcess:
     return proc
 
 
-@pytest.fixture(scope="session")
-def trained_run(tmp_path_factory):
-    """A tiny run directory trained for a few hundred steps on the toy corpus (shared by inference tests)."""
-    tmp = tmp_path_factory.mktemp("trained")
+def train_toy_run(tmp: Path, steps: int) -> tuple[Path, Path]:
+    """A tiny model (2 layers, d_model 64) trained for `steps` updates on the toy corpus: (run, corpus)."""
     corpus = tmp / "corpus"
     corpus.mkdir()
     write_corpus(corpus, "train", 600, seed=0)
     write_corpus(corpus, "valid", 40, seed=1)
     write_corpus(corpus, "test", 30, seed=2)
-    recipe = tiny_recipe(tmp / "recipe.toml", corpus, steps=250, save_every=50, valid_every=125)
-    run_cli(
-        "train",
-        str(recipe),
-        "--out",
-        str(tmp / "run"),
-        "--set",
-        "model.d_model=64",
-        "--set",
-        "model.d_ff=128",
-        "--set",
-        "model.n_layers=2",
-    )
+    recipe = tiny_recipe(tmp / "recipe.toml", corpus, steps=steps, save_every=50, valid_every=125)
+    shape = ["model.d_model=64", "model.d_ff=128", "model.n_layers=2"]
+    run_cli("train", str(recipe), "--out", str(tmp / "run"), *[arg for s in shape for arg in ("--set", s)])
     return tmp / "run", corpus
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """A tiny run directory trained for a few hundred steps on the toy corpus (shared by inference tests)."""
+    return train_toy_run(tmp_path_factory.mktemp("trained"), steps=250)
 
 
 def untrained_classifier(tokenizer_path: Path, labels: list[str]):

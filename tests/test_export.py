@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import train_toy_run
 
 from transduce.config import Config, ModelConfig, read_config, save_config
 from transduce.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
@@ -27,7 +28,7 @@ THREADS = 1  # the machine's cores are shared
 
 @pytest.fixture(scope="module")
 def exports(trained_run, tmp_path_factory):
-    """The trained toy model exported in float32 and in int8, with our translator and the test sentences."""
+    """The trained toy model exported in float32, with our translator and the test sentences."""
     run, corpus = trained_run
     root = tmp_path_factory.mktemp("exports")
     sources = (corpus / "test.en").read_text().splitlines()
@@ -36,7 +37,6 @@ def exports(trained_run, tmp_path_factory):
         "sources": sources,
         "ours": Translator.from_run(run, device="cpu"),
         "float32": export_ctranslate2(run, root / "float32"),
-        "int8": export_ctranslate2(run, root / "int8", quantization="int8"),
     }
 
 
@@ -155,12 +155,21 @@ def test_gnmt_length_penalty_is_refused_for_beam_search_only(exports):
     )
 
 
-def test_int8_translations_agree_with_float32(exports):
+@pytest.fixture(scope="module")
+def converged_run(tmp_path_factory):
+    """The toy model trained for 2,000 updates instead of 250: int8 agreement is measured on a model that has
+    learnt the task, not on the near-ties of an undertrained one (at 250 updates int8 greedy agreed on 29/30
+    sentences on an AMD EPYC and 26/30 on an Intel Xeon with AVX-512 VNNI, whose int8 kernels round otherwise)."""
+    return train_toy_run(tmp_path_factory.mktemp("converged"), steps=2000)
+
+
+def test_int8_translations_agree_with_float32(converged_run, tmp_path):
     """Greedy: int8 weights against our float32 model (>= 95%). Beam 4: against the float32 export, the same search
-    (>= 80%: this tiny undertrained model has many near-ties between whole hypotheses; measured 25/30)."""
-    ours, sources = exports["ours"], exports["sources"]
-    int8 = CTranslate2Translator(exports["int8"], threads=THREADS)
-    float32 = CTranslate2Translator(exports["float32"], threads=THREADS)
+    (>= 80%: whole hypotheses of a tiny model still have near-ties; measured 28/30 on the Intel Xeon)."""
+    run, corpus = converged_run
+    ours, sources = Translator.from_run(run, device="cpu"), (corpus / "test.en").read_text().splitlines()
+    int8 = CTranslate2Translator(export_ctranslate2(run, tmp_path / "int8", quantization="int8"), threads=THREADS)
+    float32 = CTranslate2Translator(export_ctranslate2(run, tmp_path / "float32"), threads=THREADS)
     assert int8.compute_type == "int8"
     greedy = sum(a == b for a, b in zip(int8.translate(sources, beam=1), ours.translate(sources, beam=1)))
     beam = {"beam": 4, "length_penalty": "length"}
