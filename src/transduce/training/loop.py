@@ -33,7 +33,7 @@ from ..outputs import OutputError, claim_folder, exclusive, read_manifest, write
 from ..tasks.base import Task, task_class
 from .checkpoint import average_run, checkpoint_dirs, load_checkpoint, save_checkpoint, save_weights
 from .distributed import Ranks, all_ranks_sum, broadcast_flag, broadcast_value, gather_rng, rank_seed, setup_distributed
-from .optim import build_optimizer, clock_decay, learning_rate
+from .optim import build_optimizer, learning_rate
 from .runlog import RunLog
 from .state import TrainerState
 
@@ -288,12 +288,9 @@ class Session:
                 raise  # ranks cannot skip an update alone
             self.skip_out_of_memory()
             return False
-        self.lr = learning_rate(self.state.step + 1, self.tc, self.d_model)
-        if self.tc.lr_clock:  # whichever budget runs out first, updates or minutes, sets the rate
-            budget = self.tc.max_minutes * 60
-            self.lr = min(
-                self.lr, self.tc.peak_lr * clock_decay(self.clock, decay_start=self.state.decay_start, budget=budget)
-            )
+        self.lr = learning_rate(
+            self.state.step + 1, self.tc, self.d_model, elapsed=self.clock, decay_start=self.state.decay_start
+        )
         for group_ in self.optimizer.param_groups:
             group_["lr"] = self.lr
         if self.tc.clip_norm > 0:

@@ -41,7 +41,17 @@ def clock_decay(elapsed: float, *, decay_start: float | None, budget: float) -> 
     return min(1.0, max(0.0, (budget - elapsed) / (budget - decay_start)))
 
 
-def learning_rate(step: int, config: TrainConfig, d_model: int) -> float:
+def learning_rate(
+    step: int, config: TrainConfig, d_model: int, *, elapsed: float = 0.0, decay_start: float | None = None
+) -> float:
+    """The rate of update `step`; with train.lr_clock, `elapsed` and `decay_start` are the run's clock (seconds)."""
+    if config.lr_clock:  # whichever budget runs out first, updates or minutes, sets the rate
+        by_clock = config.peak_lr * clock_decay(elapsed, decay_start=decay_start, budget=config.max_minutes * 60)
+        return min(_by_steps(step, config, d_model), by_clock)
+    return _by_steps(step, config, d_model)
+
+
+def _by_steps(step: int, config: TrainConfig, d_model: int) -> float:
     if config.lr_schedule == "constant":  # linear warm-up, then peak_lr (IMDB: Adam at 1e-3)
         return config.peak_lr * min(1.0, max(step, 1) / config.warmup_steps)
     if config.lr_schedule == "inverse_sqrt":
