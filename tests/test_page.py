@@ -119,7 +119,7 @@ def test_translate_and_draw_the_attention_heatmap(chromium_browser, translator, 
             arg=expected,
             timeout=10_000,
         )
-        assert all(url.startswith(url) for url in page.requested), page.requested  # works offline
+        assert all(u.startswith(url) for u in page.requested), page.requested  # works offline
         page.close()
     assert (tmp_path / "page.png").stat().st_size > 10_000
 

@@ -300,6 +300,34 @@ def test_prepare_on_gum_trees(tmp_path):
     assert all(vocab.decode(corpus.tgt[i].tolist()) == trees.linearize(gold[i]) for i in range(200))
 
 
+def test_extra_training_trees_from_the_wsj_sample(tmp_path):
+    """`data.extra_train`: the WSJ sample's trees (empty root bracket, function tags, indices, -NONE- traces) join
+    GUM's training trees, normalized like them; validation stays GUM's."""
+    gum, wsj = shared_data("gum_const"), shared_data("ptb_sample_nltk")
+    with gzip.open(gum / "train.trees.gz", "rt", encoding="utf-8") as f:
+        gum_head = [next(f) for _ in range(50)]
+    with gzip.open(wsj / "treebank.trees.gz", "rt", encoding="utf-8") as f:
+        wsj_head = [next(f) for _ in range(60)]
+    assert any("-NONE-" in line for line in wsj_head) and any("NP-SBJ" in line for line in wsj_head)
+    train, extra = tmp_path / "gum50.trees", tmp_path / "wsj60.trees"
+    train.write_text("".join(gum_head), encoding="utf-8")
+    extra.write_text("".join(wsj_head), encoding="utf-8")
+    config = tiny_config(train, gum / "dev.trees")
+    config = config.replace(
+        model=dataclasses.replace(config.model, max_len=512),
+        data=dataclasses.replace(config.data, extra_train=(str(extra),), vocab_size=500, max_len=400),
+    )
+    task = prepare_run(config, tmp_path / "run")
+    assert len(task.corpus) == 110
+    assert task.data.summary["splits"]["valid"]["trees"] == 438
+    vocab = task.data.vocab
+    assert "-NONE-" not in vocab.tokens and "(NP-SBJ" not in vocab.tokens and "(NP" in vocab.tokens
+    decoded = [vocab.decode(task.corpus.tgt[i].tolist()) for i in range(len(task.corpus))]
+    gold = [trees.linearize(trees.normalize(trees.parse_tree(line))) for line in gum_head + wsj_head]
+    assert sorted(map(tuple, decoded)) == sorted(map(tuple, gold))
+    assert all(d[0] == "(ROOT" for d in decoded)
+
+
 def test_training_end_to_end_then_parse(tmp_path, treebank):
     from transduce.training.loop import train
 

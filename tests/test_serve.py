@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +19,8 @@ httpx = pytest.importorskip("httpx", reason="httpx is not installed")
 from conftest import ROOT
 from fastapi.testclient import TestClient
 
+from transduce.cli import main
+from transduce.config import ConfigError
 from transduce.serving import DynamicBatcher, Limits, create_app, load_predictor
 
 LIMITS = Limits(max_sentences=8, max_chars=200, max_body_bytes=20_000, max_beam=6, timeout_s=20.0)
@@ -102,9 +105,10 @@ def test_page_and_its_files_are_served_without_the_filesystem(client):
     page = client.get("/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert '<label for="source"' in page.text and "default-src 'self'" in page.headers["content-security-policy"]
-    assert "http://" not in page.text.replace("http://www.w3.org", "")  # nothing from a CDN
-    assert client.get("/static/page.js").headers["content-type"].startswith("text/javascript")
-    assert client.get("/static/page.css").status_code == 200
+    script, style = client.get("/static/page.js"), client.get("/static/page.css")
+    assert script.headers["content-type"].startswith("text/javascript") and style.status_code == 200
+    for text in (page.text, script.text, style.text):  # nothing from a CDN: the only URLs are SVG's namespace
+        assert re.findall(r"https?://[^\s\"'<>]+", text.replace("http://www.w3.org/2000/svg", "")) == []
     assert client.get("/static/index.html").status_code == 404
     assert client.get("/static/..%2fapp.py").status_code == 404
 
@@ -287,9 +291,27 @@ def test_the_ctranslate2_engine_serves_the_same_translations(trained_run, transl
     with TestClient(app) as test_client:
         info = test_client.get("/v1/info").json()
         assert info["engine"] == "ctranslate2" and info["attention"] is False
+        assert info["parameters"] == sum(p.numel() for p in translator.model.parameters())
+        assert info["languages"] == {"source": "en", "target": "xx"}
         got = test_client.post("/v1/translate", json={"text": sentences[:6], "beam": 1}).json()["translations"]
         assert [t["text"] for t in got] == translator.translate(sentences[:6], beam=1)
         assert test_client.post("/v1/attention", json={"text": sentences[0]}).status_code == 404
+
+
+def test_an_export_folder_is_served_with_what_its_run_said(trained_run, translator, sentences, tmp_path):
+    """`transduce serve EXPORT --engine ctranslate2`: the folder keeps no run config; /v1/info still names the
+    languages and the parameter count, recorded in the export's manifest."""
+    pytest.importorskip("ctranslate2", reason="the export extra (ctranslate2) is not installed")
+    from transduce.export.ctranslate2 import export_ctranslate2
+
+    folder = export_ctranslate2(trained_run[0], tmp_path / "ct2")
+    predictor, metadata = load_predictor(folder, engine="ctranslate2", device="cpu")
+    assert metadata == {"run": "ct2", "languages": {"source": "en", "target": "xx"}}
+    with TestClient(create_app(predictor, limits=LIMITS, engine="ctranslate2", metadata=metadata)) as test_client:
+        info = test_client.get("/v1/info").json()
+        assert info["parameters"] == sum(p.numel() for p in translator.model.parameters())
+        got = test_client.post("/v1/translate", json={"text": sentences[:3], "beam": 1}).json()["translations"]
+        assert [t["text"] for t in got] == translator.translate(sentences[:3], beam=1)
 
 
 # ---------------------------------------------------------------------------------------------------- parsing
@@ -438,11 +460,17 @@ def test_concurrent_parse_requests_are_batched_and_equal_one_at_a_time(parser):
         assert [t["tree"] for t in answer] == alone
 
 
-def test_load_predictor_reads_a_parsing_run(parse_run):
+def test_load_predictor_reads_a_parsing_run(parse_run, capsys):
     predictor, metadata = load_predictor(parse_run, device="cpu")
     assert type(predictor).__name__ == "Parser" and metadata == {"run": "run"}
-    with pytest.raises(ValueError, match="parsing runs are served with the torch engine only"):
+    with pytest.raises(ConfigError, match="a parsing run is served with the torch engine only"):
         load_predictor(parse_run, engine="ctranslate2", device="cpu")
+    # from the command line: one line naming the run, exit 1, no traceback, before any port is opened
+    code = main(["serve", str(parse_run), "--engine", "ctranslate2", "--port", "0"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    expected = f"{parse_run}: a parsing run is served with the torch engine only (--engine torch)"
+    assert err.strip() == f"transduce serve: error: {expected}"
 
 
 # ---------------------------------------------------------------------------------------------------- shutdown

@@ -242,6 +242,8 @@ def export_ctranslate2(run: str | Path, out: str | Path, *, quantization: str | 
         "ctranslate2": ct2.__version__,
         "model": dataclasses.asdict(config.model),
         "decode": dataclasses.asdict(config.decode),
+        "languages": {"source": config.data.src, "target": config.data.tgt},  # for the server's /v1/info
+        "parameters": sum(p.numel() for p in model.parameters()),
     }
     with atomic_folder(out, KIND, **manifest) as tmp:  # refuses a destination that is not an export of ours
         spec.save(str(tmp))

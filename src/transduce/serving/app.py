@@ -207,6 +207,10 @@ class Service:
 
 
 def _parameters(predictor: Any) -> int | None:
+    """The model's parameter count (a CTranslate2 export's manifest records it; the engine does not say)."""
+    manifest = getattr(predictor, "manifest", None)
+    if isinstance(manifest, dict) and isinstance(manifest.get("parameters"), int):
+        return manifest["parameters"]
     model = getattr(predictor, "model", None)
     if model is None or not hasattr(model, "parameters"):
         return None
@@ -620,14 +624,19 @@ ENGINES = ("torch", "ctranslate2")
 
 
 def _run_config(run: str | Path, engine: str) -> tuple[str, dict[str, Any]]:
-    """The run's name and saved config ({} for a CTranslate2 export folder, which keeps no run config)."""
+    """The run's name and saved config (for a CTranslate2 export folder, which keeps no run config, what its manifest
+    says of the run: its languages)."""
+    from ..outputs import read_manifest
     from ..training.checkpoint import find_weights
 
     if engine == "ctranslate2":
         from ..export.ctranslate2 import is_export
 
         if is_export(run):
-            return Path(run).resolve().name, {}
+            manifest = read_manifest(run) or {}
+            languages = manifest.get("languages") or {}
+            config = {"data": {"src": languages.get("source"), "tgt": languages.get("target")}}
+            return Path(run).resolve().name, config
     run_dir = find_weights(run)[0]
     return run_dir.resolve().name, json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
 
@@ -635,13 +644,15 @@ def _run_config(run: str | Path, engine: str) -> tuple[str, dict[str, Any]]:
 def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "auto") -> tuple[Any, dict[str, Any]]:
     """The predictor for a run directory (a parsing run's config says `"task": "parsing"`, a classifier run has a
     "head" section; engine "ctranslate2" also takes an export folder) and what /v1/info should tell of it."""
+    from ..config import ConfigError
+
     if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
+        raise ConfigError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
     name, config = _run_config(run, engine)
     predictor: Classifier | CTranslate2Translator | Parser | Translator
     kind = "parsing" if config.get("task") == "parsing" else "classifier" if "head" in config else None
     if kind is not None and engine != "torch":  # the export knows only plain translation models
-        raise ValueError(f"{kind} runs are served with the torch engine only")
+        raise ConfigError(f"{run}: a {kind} run is served with the torch engine only (--engine torch)")
     if kind == "parsing":
         from ..tasks.parsing import Parser
 
