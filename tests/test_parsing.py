@@ -270,6 +270,8 @@ def test_config_checks_and_the_shipped_recipe():
         ParseDataConfig(vocab_size=4)
     with pytest.raises(ConfigError, match="data.max_len"):
         ParsingRunConfig(model=ModelConfig(max_len=128), data=ParseDataConfig(max_len=128))
+    with pytest.raises(ConfigError, match="word_pointer_output needs model.word_pointer"):
+        ModelConfig(word_pointer_output=True)
     assert (ParseDecodeConfig().beam, ParseDecodeConfig().alpha, ParseDecodeConfig().max_len_b) == (21, 0.3, 300)
     import tomllib
 
@@ -381,12 +383,14 @@ def test_parse_evalb_and_attention_commands(tiny_run, treebank, tmp_path, capsys
 # ------------------------------------------------------------------------------------------------- the word pointer
 
 
-@pytest.fixture(scope="module")
-def pointer_run(tmp_path_factory, treebank) -> tuple[Path, ParsingTask]:
-    """Like tiny_run, with model.word_pointer: untrained weights saved as best.safetensors."""
+@pytest.fixture(scope="module", params=[False, True], ids=["pointer", "pointer+output"])
+def pointer_run(request, tmp_path_factory, treebank) -> tuple[Path, ParsingTask]:
+    """Like tiny_run, with model.word_pointer (and, the second time, model.word_pointer_output: the pointed state
+    also added before the output layer): untrained weights saved as best.safetensors."""
     run = tmp_path_factory.mktemp("pointer") / "run"
     config = tiny_config(*treebank)
-    config = config.replace(model=dataclasses.replace(config.model, word_pointer=True))
+    model = dataclasses.replace(config.model, word_pointer=True, word_pointer_output=request.param)
+    config = config.replace(model=model)
     task = prepare_run(config, run)
     torch.manual_seed(1)
     save_weights(task.build_model(), run / "best.safetensors", metadata={"step": 0})
@@ -417,12 +421,16 @@ def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
     with pytest.raises(ValueError, match="word_pos"):
         model(batch.src, batch.tgt_in)
     with pytest.raises(ValueError, match="without model.word_pointer"):
-        tiny_run_model = Transformer(dataclasses.replace(task.config.model, word_pointer=False))
+        plain = dataclasses.replace(task.config.model, word_pointer=False, word_pointer_output=False)
+        tiny_run_model = Transformer(plain)
         tiny_run_model(batch.src, batch.tgt_in, word_pos=batch.word_pos)
     loss, _ = task.loss(model, batch, contextlib.nullcontext)
     loss.backward()
     assert model.word_proj is not None and model.word_proj.weight.grad is not None
-    assert float(model.word_proj.weight.grad.abs().sum()) > 0
+    d = task.config.model.d_model
+    halves = model.word_proj.weight.grad.split(d)  # [W_p; W_o] with word_pointer_output: both learn
+    assert len(halves) == (2 if task.config.model.word_pointer_output else 1)
+    assert all(float(h.abs().sum()) > 0 for h in halves)
 
 
 @pytest.mark.parametrize("beam", [1, 3])

@@ -280,7 +280,7 @@ class DecoderCache:
     src_pad_mask: Tensor  # (B, S)
     cross_mask: Tensor | None  # (B, 1, 1, S)
     step: int = 0
-    pointer_memory: Tensor | None = None  # (B, S, D) W_p . encoder output, kept only for the word pointer
+    pointer_memory: Tensor | None = None  # (B, S, D or 2D) W_p . encoder output, kept only for the word pointer
 
     def reorder(self, index: Tensor) -> None:
         """Keep the self-attention history of rows `index` (beam search: each beam's parent)."""
@@ -387,8 +387,10 @@ class Transformer(nn.Module):
         self.decoder = Decoder(config, tgt_tokens)
         # the pre-softmax projection: an nn.Linear here, which cpu_speed.apply may replace by a WorkspaceLinear
         self.output: nn.Module = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        # the word pointer (parsing): decoder input += W_p . encoder state of the next word to cover
-        self.word_proj = nn.Linear(config.d_model, config.d_model, bias=False) if config.word_pointer else None
+        # the word pointer (parsing): decoder input += W_p . encoder state of the next word to cover; with
+        # word_pointer_output also decoder output += W_o . that state (one matrix [W_p; W_o], split after the gather)
+        pointer_width = config.d_model * (2 if config.word_pointer_output else 1)
+        self.word_proj = nn.Linear(config.d_model, pointer_width, bias=False) if config.word_pointer else None
         init_parameters(self, config.d_model)
         if config.tie_embeddings:
             self.output.weight = tgt_tokens.weight
@@ -400,11 +402,12 @@ class Transformer(nn.Module):
         return self.encoder(src, self.pad_mask(src))  # (B, S, D)
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor, word_pos: Tensor | None = None) -> Tensor:
-        extra = self._pointed(self._pointer_memory(memory), word_pos)
-        return self.output(self.decoder(tgt_in, memory, src_pad_mask, extra))  # (B, T, V)
+        extra, late = self._split(self._pointed(self._pointer_memory(memory), word_pos))
+        return self.output(self._late(self.decoder(tgt_in, memory, src_pad_mask, extra), late))  # (B, T, V)
 
     def _pointer_memory(self, memory: Tensor) -> Tensor | None:
-        """W_p . memory (B, S, D), projected once per batch; None without the word pointer."""
+        """W_p . memory (B, S, D) ([W_p; W_o] . memory, (B, S, 2D), with word_pointer_output), projected once per
+        batch; None without the word pointer."""
         return None if self.word_proj is None else self.word_proj(memory)
 
     def _pointed(self, projected: Tensor | None, word_pos: Tensor | None) -> Tensor | None:
@@ -418,6 +421,17 @@ class Transformer(nn.Module):
         index = word_pos.view(word_pos.size(0), -1, 1).expand(-1, -1, projected.size(-1))  # (B, T, D)
         return projected.gather(1, index)
 
+    def _split(self, pointed: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+        """The pointed states -> (added to the decoder input, added to the decoder output); None where unused."""
+        if pointed is None or not self.config.word_pointer_output:
+            return pointed, None
+        early, late = pointed.chunk(2, dim=-1)
+        return early, late
+
+    @staticmethod
+    def _late(h: Tensor, late: Tensor | None) -> Tensor:
+        return h if late is None else h + late
+
     def forward(
         self, src: Tensor, tgt_in: Tensor, positions: Tensor | None = None, word_pos: Tensor | None = None
     ) -> Tensor:
@@ -427,8 +441,8 @@ class Transformer(nn.Module):
         memory = self.encode(src)
         if positions is None:
             return self.decode(tgt_in, memory, self.pad_mask(src), word_pos)  # (B, T, V)
-        extra = self._pointed(self._pointer_memory(memory), word_pos)
-        h = self.decoder(tgt_in, memory, self.pad_mask(src), extra)  # (B, T, D)
+        extra, late = self._split(self._pointed(self._pointer_memory(memory), word_pos))
+        h = self._late(self.decoder(tgt_in, memory, self.pad_mask(src), extra), late)  # (B, T, D)
         h = h.reshape(-1, h.size(-1)).index_select(0, positions)  # (N, D)
         return self.output(h)  # (N, V)
 
@@ -447,7 +461,8 @@ class Transformer(nn.Module):
     def decode_step(self, tokens: Tensor, cache: DecoderCache, word_pos: Tensor | None = None) -> Tensor:
         """tokens: (B,) the newest token of each row; `word_pos` (B,), word-pointer models only: the source position
         of the next word each row has to cover. Returns next-token logits (B, V); updates `cache`."""
-        return self.output(self.decoder.step(tokens, cache, self._pointed(cache.pointer_memory, word_pos)))
+        extra, late = self._split(self._pointed(cache.pointer_memory, word_pos))  # (B, 1, D) each
+        return self.output(self._late(self.decoder.step(tokens, cache, extra), None if late is None else late[:, 0]))
 
     @contextlib.contextmanager
     def recording_attention(self):
