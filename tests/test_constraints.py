@@ -245,3 +245,41 @@ def test_accepted_sequences_are_exactly_the_trees_within_the_limit():
                 continue
             expected.add(seq)
     assert accepted == expected and len(expected) == 10  # 1 flat tree, 3 with one NP, 6 with two
+
+
+class OpeningDecoder(RandomDecoder):
+    """Prefers "(NP" above all: unbounded, it opens NP after NP until the length budget forces the words out."""
+
+    def decode_step(self, tokens, cache):
+        logits = super().decode_step(tokens, cache)
+        logits[:, ID["(NP"]] += 20.0
+        return logits
+
+
+def longest_open_run(token_ids: list[int]) -> int:
+    best = run = 0
+    for t in token_ids:
+        run = run + 1 if VOCAB[t].startswith("(") else 0
+        best = max(best, run)
+    return best
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_max_open_run_bounds_brackets_opened_in_a_row(search):
+    lengths = [3, 6, 1]
+    src = batch_of(lengths)
+
+    def run(bound: TreeConstraint):
+        if search == "greedy":
+            return greedy_search(OpeningDecoder(0), src, max_len_a=1.0, max_len_b=40, constraint=bound)
+        return beam_search(OpeningDecoder(0), src, beam=4, nbest=2, max_len_a=1.0, max_len_b=40, constraint=bound)
+
+    free = run(constraint().for_sentences(lengths))
+    assert max(longest_open_run(h.tokens) for hyps in free for h in hyps) > 10  # the failure the bound is for
+    bounded = run(TreeConstraint(constraint().kinds, max_open_run=3).for_sentences(lengths))
+    for n, hyps in zip(lengths, bounded):
+        for h in hyps:
+            check_tree(h.tokens, n)
+            assert longest_open_run(h.tokens) <= 3
+    with pytest.raises(ValueError, match="max_open_run must be >= 2"):
+        TreeConstraint(constraint().kinds, max_open_run=1)

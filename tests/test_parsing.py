@@ -205,6 +205,18 @@ def test_parse_command_with_gold_reports_evalb_scores(tiny_run, treebank):
     ):
         assert expected in report
     assert parse_command(run, lines[:2], beam=1, device="cpu")[1] is None
+
+    # --max-open-run 2: at most two brackets opened in a row (the root and one more), still one tree over the words
+    def three_opens_in_a_row(tree: str) -> bool:
+        opens = [t.startswith("(") for t in trees.linearize(trees.parse_tree(tree))]
+        return any(a and b and c for a, b, c in zip(opens, opens[1:], opens[2:]))
+
+    assert any(three_opens_in_a_row(t) for t in out)  # unbounded, the untrained model does open 3 in a row
+    bounded, _ = parse_command(run, lines, beam=1, max_open_run=2, device="cpu")
+    assert not any(three_opens_in_a_row(t) for t in bounded)
+    assert all(_leaves(t) == trees.words(trees.normalize(g)) for t, g in zip(bounded, gold))
+    with pytest.raises(ConfigError, match="decode.max_open_run"):
+        parse_command(run, lines[:2], beam=1, max_open_run=1, device="cpu")
     with pytest.raises(DataError, match="line for line"):
         parse_command(run, lines[:3], gold_path=treebank[1], beam=1, device="cpu")
 
@@ -270,6 +282,8 @@ def test_config_checks_and_the_shipped_recipe():
         ParseDataConfig(vocab_size=4)
     with pytest.raises(ConfigError, match="data.max_len"):
         ParsingRunConfig(model=ModelConfig(max_len=128), data=ParseDataConfig(max_len=128))
+    with pytest.raises(ConfigError, match="decode.max_open_run"):
+        ParseDecodeConfig(max_open_run=1)
     with pytest.raises(ConfigError, match="word_pointer_output needs model.word_pointer"):
         ModelConfig(word_pointer_output=True)
     assert (ParseDecodeConfig().beam, ParseDecodeConfig().alpha, ParseDecodeConfig().max_len_b) == (21, 0.3, 300)

@@ -42,6 +42,7 @@ def cmd_parse(args) -> int:
         gold_path=args.gold,
         beam=args.beam,
         alpha=args.alpha,
+        max_open_run=args.max_open_run,
         device=args.device,
         progress=not args.quiet and not sys.stdout.isatty(),
     )
@@ -61,6 +62,12 @@ def register(sub) -> None:
     p.add_argument("--scores-only", action="store_true", help="with --gold: print only the scores")
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 21 in gum-parse)")
     p.add_argument("--alpha", type=float, default=None, help="length penalty alpha (default: the run's)")
+    p.add_argument(
+        "--max-open-run",
+        type=int,
+        default=None,
+        help="most opening brackets in a row (default: the run's decode.max_open_run; 0: no bound)",
+    )
     p.add_argument("--device", default="auto")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")

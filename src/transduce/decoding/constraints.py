@@ -14,6 +14,10 @@ allowed when it keeps the output a prefix of one tree over exactly the row's n w
 - leaf: inside the root, while words remain.
 - ")": the innermost constituent has a child; the root closes only once all n words are used.
 - EOS: only after the root is closed (or at once for an empty sentence, n = 0: an empty output).
+- optionally (`max_open_run`), "(LABEL" only while fewer than that many brackets were opened in a row since the
+  last leaf or ")": a model can otherwise open the same label a hundred times before its next word (seen: greedy,
+  "(NP" 138 times where no training tree opens more than 7 in a row). A leaf is allowed wherever an open was, so
+  the bound never leaves a row without a token.
 - and the token leaves room, within the row's maximum output length (EOS included), for the shortest completion:
   one leaf per unused word, one ")" per open constituent, then EOS. From any allowed state some token stays allowed,
   so a search with a large enough budget (`min_output_length`) always ends with a tree.
@@ -50,6 +54,7 @@ class TreeState:
     closed: Tensor  # the root is closed: only EOS may follow (bool)
     ended: Tensor  # EOS was emitted (bool)
     word_starts: Tensor  # (N, W + 1) source position of each word, then of EOS; (N, 1) zeros when not bound
+    open_run: Tensor  # brackets opened in a row since the last leaf or ")"
 
 
 def min_output_length(n_words: int) -> int:
@@ -69,10 +74,13 @@ class TreeConstraint:
     kinds: Tensor  # (V,) token kind of every vocabulary id
     n_words: Tensor | None = None  # (B,) set by for_sentences
     word_starts: Tensor | None = None  # (B, W + 1) set by for_sentences when the model points at words
+    max_open_run: int | None = None  # most "(LABEL" in a row; None: no bound
     has_root: bool = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "has_root", bool(self.kinds.eq(ROOT_OPEN).any()))  # once, not per step
+        if self.max_open_run is not None and self.max_open_run < 2:
+            raise ValueError(f"max_open_run must be >= 2 (the root and one constituent), got {self.max_open_run}")
 
     @classmethod
     def from_vocab(
@@ -136,7 +144,7 @@ class TreeConstraint:
         if self.kinds.device != device:
             object.__setattr__(self, "kinds", self.kinds.to(device))  # once per search, not per step
         starts = zeros.view(-1, 1) if self.word_starts is None else self.word_starts.to(device)
-        return TreeState(n, max_len.long(), zeros, zeros, zeros, false, false, false, starts)
+        return TreeState(n, max_len.long(), zeros, zeros, zeros, false, false, false, starts, zeros)
 
     def pointer(self, state: TreeState) -> Tensor | None:
         """(N,) the source position of the next word each row has to cover (the source EOS once every word is
@@ -155,6 +163,8 @@ class TreeConstraint:
         words_left = remaining.gt(0)
         can_root = active & state.depth.eq(0) & words_left & (remaining + 2).le(budget)
         can_open = inside & words_left & (remaining + state.depth + 2).le(budget)
+        if self.max_open_run is not None:
+            can_open = can_open & state.open_run.lt(self.max_open_run)
         can_leaf = inside & words_left & (remaining + state.depth).le(budget)
         can_close = inside & state.has_child & (state.depth.gt(1) | ~words_left) & (remaining + state.depth).le(budget)
         can_eos = state.closed | state.ended | state.n_words.eq(0)
@@ -180,6 +190,7 @@ class TreeConstraint:
             has_child=torch.where(opens, torch.zeros_like(leaf), state.has_child | leaf | closes),
             closed=state.closed | (closes & depth.eq(0)),
             ended=state.ended | kind.eq(EOS),
+            open_run=torch.where(opens, state.open_run + 1, torch.zeros_like(state.open_run)),
         )
 
     def reorder(self, state: TreeState, index: Tensor) -> TreeState:

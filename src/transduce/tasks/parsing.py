@@ -135,6 +135,7 @@ class ParseDecodeConfig(DecodeConfig):
     max_len_a: float = 1.0
     max_len_b: int = 300
     batch_tokens: int = 8192
+    max_open_run: int = 0  # most opening brackets in a row (0: no bound); the training trees open at most 7
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -145,6 +146,8 @@ class ParseDecodeConfig(DecodeConfig):
             )
         if self.batch_tokens <= 0:
             raise ConfigError(f"decode.batch_tokens must be positive, got {self.batch_tokens}")
+        if self.max_open_run == 1 or self.max_open_run < 0:
+            raise ConfigError(f"decode.max_open_run must be 0 (no bound) or >= 2, got {self.max_open_run}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,8 +210,9 @@ class TargetVocab:
     def decode(self, ids: Sequence[int]) -> list[str]:
         return [self.strings.get(int(i), SPECIALS[UNK_ID]) for i in ids]
 
-    def constraint(self) -> TreeConstraint:
-        """The tree constraint over the whole joint vocabulary: pieces are never allowed on the target side."""
+    def constraint(self, max_open_run: int | None = None) -> TreeConstraint:
+        """The tree constraint over the whole joint vocabulary: pieces are never allowed on the target side.
+        `max_open_run`: most opening brackets in a row (None: no bound; decode.max_open_run)."""
         own = TreeConstraint.from_vocab(
             self.tokens,
             eos=SPECIALS[EOS_ID],
@@ -217,7 +221,7 @@ class TargetVocab:
         )
         n = len(SPECIALS)
         pieces = torch.full((self.offset - n,), OTHER, dtype=torch.long)
-        return TreeConstraint(torch.cat([own.kinds[:n], pieces, own.kinds[n:]]))
+        return TreeConstraint(torch.cat([own.kinds[:n], pieces, own.kinds[n:]]), max_open_run=max_open_run)
 
     def save(self, path: Path) -> None:
         atomic_write_text(
@@ -581,7 +585,7 @@ class Parser:
             )
         self.model, self.tokenizer, self.vocab = model, tokenizer, vocab
         self.decode = decode or ParseDecodeConfig()
-        self.constraint = vocab.constraint()
+        self.constraint = vocab.constraint(self.decode.max_open_run or None)
         self.leaves = self.constraint.kinds.eq(LEAF).numpy() if model.config.word_pointer else None
 
     @classmethod
@@ -757,13 +761,18 @@ def parse_command(
     gold_path: str | Path | None = None,
     beam: int | None = None,
     alpha: float | None = None,
+    max_open_run: int | None = None,
     device: str = "auto",
     progress: bool = False,
 ) -> tuple[list[str], str | None]:
     """`transduce parse RUN [--input FILE] [--gold TREES]`: one tree per input line (an empty line gives ""), and
     with a gold tree file (one tree per line, line for line with the input) the scores as text: F1 with gold tags put
-    back and with the parser's own tags, exact-match rate, tagging accuracy, then EVALB's summary blocks."""
+    back and with the parser's own tags, exact-match rate, tagging accuracy, then EVALB's summary blocks.
+    `max_open_run`: overrides the run's decode.max_open_run (0: no bound)."""
     parser = Parser.from_run(run, device=device)
+    if max_open_run is not None:
+        decode = dataclasses.replace(parser.decode, max_open_run=max_open_run)  # checked by ParseDecodeConfig
+        parser = Parser(parser.model, parser.tokenizer, parser.vocab, decode=decode)
     gold = None
     if gold_path is not None:
         gold_file = resolve_path(gold_path)
