@@ -286,6 +286,8 @@ def test_config_checks_and_the_shipped_recipe():
         ParseDecodeConfig(max_open_run=1)
     with pytest.raises(ConfigError, match="word_pointer_output needs model.word_pointer"):
         ModelConfig(word_pointer_output=True)
+    with pytest.raises(ConfigError, match="word_pointer_last needs model.word_pointer"):
+        ModelConfig(word_pointer_last=True)
     assert (ParseDecodeConfig().beam, ParseDecodeConfig().alpha, ParseDecodeConfig().max_len_b) == (21, 0.3, 300)
     import tomllib
 
@@ -397,13 +399,17 @@ def test_parse_evalb_and_attention_commands(tiny_run, treebank, tmp_path, capsys
 # ------------------------------------------------------------------------------------------------- the word pointer
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["pointer", "pointer+output"])
+@pytest.fixture(
+    scope="module", params=[(False, False), (True, False), (True, True)], ids=["pointer", "+output", "+output+last"]
+)
 def pointer_run(request, tmp_path_factory, treebank) -> tuple[Path, ParsingTask]:
     """Like tiny_run, with model.word_pointer (and, the second time, model.word_pointer_output: the pointed state
-    also added before the output layer): untrained weights saved as best.safetensors."""
+    also added before the output layer; the third, also model.word_pointer_last: the word's last piece pointed at
+    too): untrained weights saved as best.safetensors."""
     run = tmp_path_factory.mktemp("pointer") / "run"
     config = tiny_config(*treebank)
-    model = dataclasses.replace(config.model, word_pointer=True, word_pointer_output=request.param)
+    output, last = request.param
+    model = dataclasses.replace(config.model, word_pointer=True, word_pointer_output=output, word_pointer_last=last)
     config = config.replace(model=model)
     task = prepare_run(config, run)
     torch.manual_seed(1)
@@ -414,28 +420,36 @@ def pointer_run(request, tmp_path_factory, treebank) -> tuple[Path, ParsingTask]
 def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
     """At every decoder input (BOS + target), word_pos is the source position of the first piece of the word after
     the leaves written so far (the input itself included), and the source EOS once every word is covered: checked
-    against the pieces' text."""
+    against the pieces' text. With word_pointer_last, also the position of that word's last piece (EOS's: EOS)."""
     _, task = pointer_run
     vocab, sp = task.data.vocab, task.data.tokenizer.sp
+    last = task.config.model.word_pointer_last
     batch = task.collate(task.batches(max_tokens=600, seed=2, epoch=0)[0])
-    assert batch.word_pos is not None and batch.word_pos.shape == batch.tgt_in.shape
+    assert batch.word_pos is not None and batch.word_pos.shape == (*batch.tgt_in.shape, *((2,) if last else ()))
+    multi_piece = 0
     for row in range(batch.src.size(0)):
         src = [i for i in batch.src[row].tolist() if i != 0]
         word_at = [j for j, i in enumerate(src[:-1]) if sp.id_to_piece(i).startswith("\u2581")] + [len(src) - 1]
+        word_end = [b - 1 for b in word_at[1:]] + [len(src) - 1]
+        multi_piece += sum(b > a for a, b in zip(word_at, word_end))
         tokens = vocab.decode(batch.tgt_in[row, 1:].tolist())
         used = 0
         for j in range(int(batch.tgt_in[row].ne(0).sum())):
             if j > 0 and tokens[j - 1] not in (")", "</s>", "<pad>") and not tokens[j - 1].startswith("("):
                 used += 1  # the input at j is a leaf: its word is covered
-            assert batch.word_pos[row, j].item() == word_at[used]
+            expected = [word_at[used], word_end[used]] if last else word_at[used]
+            assert batch.word_pos[row, j].tolist() == expected
         assert used == len(word_at) - 1  # every word covered once
+    assert multi_piece > 0  # some words have several pieces: first and last differ
     # a model with the pointer needs the positions; one without refuses them
     torch.manual_seed(0)
     model = task.build_model()
     with pytest.raises(ValueError, match="word_pos"):
         model(batch.src, batch.tgt_in)
     with pytest.raises(ValueError, match="without model.word_pointer"):
-        plain = dataclasses.replace(task.config.model, word_pointer=False, word_pointer_output=False)
+        plain = dataclasses.replace(
+            task.config.model, word_pointer=False, word_pointer_output=False, word_pointer_last=False
+        )
         tiny_run_model = Transformer(plain)
         tiny_run_model(batch.src, batch.tgt_in, word_pos=batch.word_pos)
     loss, _ = task.loss(model, batch, contextlib.nullcontext)
@@ -445,6 +459,10 @@ def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
     halves = model.word_proj.weight.grad.split(d)  # [W_p; W_o] with word_pointer_output: both learn
     assert len(halves) == (2 if task.config.model.word_pointer_output else 1)
     assert all(float(h.abs().sum()) > 0 for h in halves)
+    if last:  # W_l learns too; a model with it refuses first-piece positions alone
+        assert model.word_last_proj is not None and float(model.word_last_proj.weight.grad.abs().sum()) > 0
+        with pytest.raises(ValueError, match="first, last"):
+            model(batch.src, batch.tgt_in, word_pos=batch.word_pos[..., 0])
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -464,10 +482,11 @@ def _teacher_forced_log_prob(parser: Parser, source: list[int], starts: list[int
     from transduce.tasks.parsing import word_positions
 
     target = tokens + [3]  # + EOS
-    pos = word_positions(np.asarray(starts), np.asarray(target[:-1]), parser.leaves)
+    last = parser.model.config.word_pointer_last
+    pos = word_positions(np.asarray(starts), np.asarray(target[:-1]), parser.leaves, last=last)
     with torch.no_grad():
         logits = parser.model(
-            torch.tensor([source]), torch.tensor([[2] + target[:-1]]), word_pos=torch.from_numpy(pos).view(1, -1)
+            torch.tensor([source]), torch.tensor([[2] + target[:-1]]), word_pos=torch.from_numpy(pos).unsqueeze(0)
         )
     per_token = torch.log_softmax(logits[0].float(), -1).gather(1, torch.tensor(target).view(-1, 1)).view(-1)
     forced = len(target) == len(source) - 1 + 40  # the search's limit: |x| + max_len_b, EOS included
@@ -482,8 +501,11 @@ def test_pointer_decoding_scores_equal_teacher_forcing(pointer_run):
     run, _ = pointer_run
     parser = Parser.from_run(run, device="cpu")
     words_ = "the big dog sees a cat near the river .".split()
+    from transduce.tasks.parsing import pointer_targets
+
     (source,), (starts,) = parser._sources([words_])
-    constraint = parser.constraint.for_sentences([len(words_)], [starts])
+    last = parser.model.config.word_pointer_last
+    constraint = parser.constraint.for_sentences([len(words_)], [pointer_targets(starts, last=last).tolist()])
     (hyp,) = greedy_search(parser.model, torch.tensor([source]), max_len_b=40, constraint=constraint)[0]
     assert _teacher_forced_log_prob(parser, source, starts, hyp.tokens) == pytest.approx(hyp.log_prob, abs=1e-3)
     hyps = beam_search(parser.model, torch.tensor([source]), beam=4, nbest=4, max_len_b=40, constraint=constraint)[0]

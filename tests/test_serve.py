@@ -480,6 +480,7 @@ from transduce.serving import create_app, run_server
 
 class Slow:
     def translate_nbest(self, texts, **options):
+        open({marker!r}, "w").close()  # the request is inside the model call
         time.sleep(1.5)
         return [[type("T", (), {{"text": t[::-1], "score": -1.0}})()] for t in texts]
 
@@ -509,7 +510,8 @@ def wait_until_up(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> No
 def test_sigterm_finishes_in_flight_requests(tmp_path):
     port = free_port()
     script = tmp_path / "server.py"
-    script.write_text(SERVER_SCRIPT.format(port=port))
+    marker = tmp_path / "in-model"
+    script.write_text(SERVER_SCRIPT.format(port=port, marker=str(marker)))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True)
     try:
@@ -520,7 +522,10 @@ def test_sigterm_finishes_in_flight_requests(tmp_path):
             target=lambda: answers.append(httpx.post(url + "/v1/translate", json={"text": ["abc"]}, timeout=20.0))
         )
         request.start()
-        time.sleep(0.5)  # the request is now inside the 1.5 s model call
+        deadline = time.monotonic() + 20.0
+        while not marker.exists() and time.monotonic() < deadline:  # wait until it is inside the 1.5 s model call
+            time.sleep(0.05)
+        assert marker.exists(), "the request never reached the model"
         proc.send_signal(signal.SIGTERM)
         request.join(timeout=20.0)
         # uvicorn re-raises the signal once it has shut down, so the exit is "killed by SIGTERM", but only now

@@ -53,7 +53,8 @@ class TreeState:
     has_child: Tensor  # the innermost open constituent has a child (bool)
     closed: Tensor  # the root is closed: only EOS may follow (bool)
     ended: Tensor  # EOS was emitted (bool)
-    word_starts: Tensor  # (N, W + 1) source position of each word, then of EOS; (N, 1) zeros when not bound
+    word_starts: Tensor  # (N, W + 1) source position of each word, then of EOS ((N, W + 1, 2): first and last piece)
+    # or (N, 1) zeros when not bound
     open_run: Tensor  # brackets opened in a row since the last leaf or ")"
 
 
@@ -73,7 +74,7 @@ class TreeConstraint:
 
     kinds: Tensor  # (V,) token kind of every vocabulary id
     n_words: Tensor | None = None  # (B,) set by for_sentences
-    word_starts: Tensor | None = None  # (B, W + 1) set by for_sentences when the model points at words
+    word_starts: Tensor | None = None  # (B, W + 1) or (B, W + 1, 2), set by for_sentences for a word-pointer model
     max_open_run: int | None = None  # most "(LABEL" in a row; None: no bound
     has_root: bool = field(init=False)
 
@@ -111,7 +112,8 @@ class TreeConstraint:
     ) -> TreeConstraint:
         """This constraint for a batch whose sentences have `n_words` (B,) words each. `word_starts` (for a model
         with the word pointer): per sentence, the source position of each word's first piece and then the position
-        of the source EOS (n + 1 values), as a (B, W + 1) tensor or lists (padded here by repeating the last)."""
+        of the source EOS (n + 1 values), as a (B, W + 1) tensor or lists (padded here by repeating the last); or
+        (first piece, last piece) pairs, (B, W + 1, 2), for a model with model.word_pointer_last."""
         n = torch.as_tensor(n_words, dtype=torch.long)
         if word_starts is not None and not torch.is_tensor(word_starts):
             rows = [list(r) for r in word_starts]
@@ -148,11 +150,14 @@ class TreeConstraint:
 
     def pointer(self, state: TreeState) -> Tensor | None:
         """(N,) the source position of the next word each row has to cover (the source EOS once every word is
-        used); None when the constraint was bound without word positions."""
+        used), (N, 2) when bound with (first, last) pairs; None when bound without word positions."""
         if self.word_starts is None:
             return None
-        used = state.used.clamp(max=state.word_starts.size(1) - 1)  # rows of a -inf beam may run past the words
-        return state.word_starts.gather(1, used.view(-1, 1)).view(-1)
+        starts = state.word_starts
+        used = state.used.clamp(max=starts.size(1) - 1)  # rows of a -inf beam may run past the words
+        if starts.dim() == 2:
+            return starts.gather(1, used.view(-1, 1)).view(-1)
+        return starts.gather(1, used.view(-1, 1, 1).expand(-1, 1, starts.size(2))).view(-1, starts.size(2))
 
     def allowed(self, state: TreeState) -> Tensor:
         """(N, V) bool: the tokens each row may emit next."""

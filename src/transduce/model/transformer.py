@@ -280,7 +280,7 @@ class DecoderCache:
     src_pad_mask: Tensor  # (B, S)
     cross_mask: Tensor | None  # (B, 1, 1, S)
     step: int = 0
-    pointer_memory: Tensor | None = None  # (B, S, D or 2D) W_p . encoder output, kept only for the word pointer
+    pointer_memory: Tensor | None = None  # (B, S, D..4D) W_p . encoder output (_pointer_memory), word pointer only
 
     def reorder(self, index: Tensor) -> None:
         """Keep the self-attention history of rows `index` (beam search: each beam's parent)."""
@@ -391,6 +391,9 @@ class Transformer(nn.Module):
         # word_pointer_output also decoder output += W_o . that state (one matrix [W_p; W_o], split after the gather)
         pointer_width = config.d_model * (2 if config.word_pointer_output else 1)
         self.word_proj = nn.Linear(config.d_model, pointer_width, bias=False) if config.word_pointer else None
+        # with word_pointer_last the pointed state is W_p . (first piece's state) + W_l . (last piece's state): a word
+        # cut into pieces keeps its ending (-s, -ed, -ly: what a tag depends on) in its last one
+        self.word_last_proj = nn.Linear(config.d_model, pointer_width, bias=False) if config.word_pointer_last else None
         init_parameters(self, config.d_model)
         if config.tie_embeddings:
             self.output.weight = tgt_tokens.weight
@@ -407,19 +410,31 @@ class Transformer(nn.Module):
 
     def _pointer_memory(self, memory: Tensor) -> Tensor | None:
         """W_p . memory (B, S, D) ([W_p; W_o] . memory, (B, S, 2D), with word_pointer_output), projected once per
-        batch; None without the word pointer."""
-        return None if self.word_proj is None else self.word_proj(memory)
+        batch, and W_l . memory after it on the last axis with word_pointer_last; None without the word pointer."""
+        if self.word_proj is None:
+            return None
+        if self.word_last_proj is None:
+            return self.word_proj(memory)
+        return torch.cat([self.word_proj(memory), self.word_last_proj(memory)], dim=-1)
 
     def _pointed(self, projected: Tensor | None, word_pos: Tensor | None) -> Tensor | None:
-        """The word pointer's input: (W_p . memory)[b, word_pos[b, t]] -> (B, T, D); None without a pointer."""
+        """The word pointer's input: (W_p . memory)[b, word_pos[b, t]] -> (B, T, D); None without a pointer. With
+        word_pointer_last, `word_pos` has a last axis of 2 (first piece, last piece) and the two gathers are added."""
         if self.word_proj is None:
             if word_pos is not None:
                 raise ValueError("word positions given to a model without model.word_pointer")
             return None
         if word_pos is None or projected is None:
             raise ValueError("a model with model.word_pointer needs the word positions (word_pos)")
-        index = word_pos.view(word_pos.size(0), -1, 1).expand(-1, -1, projected.size(-1))  # (B, T, D)
-        return projected.gather(1, index)
+        if self.word_last_proj is None:
+            index = word_pos.view(word_pos.size(0), -1, 1).expand(-1, -1, projected.size(-1))  # (B, T, D)
+            return projected.gather(1, index)
+        if word_pos.size(-1) != 2:
+            raise ValueError("a model with model.word_pointer_last needs (first, last) piece positions per step")
+        pairs = word_pos.view(word_pos.size(0), -1, 2)  # (B, T, 2)
+        first, last = projected.chunk(2, dim=-1)  # (B, S, D) each
+        gather = lambda states, pos: states.gather(1, pos.unsqueeze(-1).expand(-1, -1, states.size(-1)))
+        return gather(first, pairs[..., 0]) + gather(last, pairs[..., 1])
 
     def _split(self, pointed: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
         """The pointed states -> (added to the decoder input, added to the decoder output); None where unused."""
@@ -437,7 +452,8 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """Logits (B, T, V); or, given `positions` (flat indices into B*T), logits (len(positions), V) for those
         positions only (training skips the pre-softmax projection of padding). `word_pos` (B, T), models with the
-        word pointer only: the source position of the next word to cover at each decoder input."""
+        word pointer only: the source position of the next word to cover at each decoder input ((B, T, 2), its
+        first and last piece, with word_pointer_last)."""
         memory = self.encode(src)
         if positions is None:
             return self.decode(tgt_in, memory, self.pad_mask(src), word_pos)  # (B, T, V)
@@ -460,7 +476,8 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache, word_pos: Tensor | None = None) -> Tensor:
         """tokens: (B,) the newest token of each row; `word_pos` (B,), word-pointer models only: the source position
-        of the next word each row has to cover. Returns next-token logits (B, V); updates `cache`."""
+        of the next word each row has to cover ((B, 2), first and last piece, with word_pointer_last). Returns
+        next-token logits (B, V); updates `cache`."""
         extra, late = self._split(self._pointed(cache.pointer_memory, word_pos))  # (B, 1, D) each
         return self.output(self._late(self.decoder.step(tokens, cache, extra), None if late is None else late[:, 0]))
 

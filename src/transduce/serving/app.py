@@ -623,9 +623,10 @@ def create_app(
 ENGINES = ("torch", "ctranslate2")
 
 
-def _run_config(run: str | Path, engine: str) -> tuple[str, dict[str, Any]]:
-    """The run's name and saved config (for a CTranslate2 export folder, which keeps no run config, what its manifest
-    says of the run: its languages)."""
+def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str] | None]:
+    """The run's name, its kind ("translation", "parsing" or "classifier") and its languages (None when it has
+    none), read from the run's config.json, or for a CTranslate2 export folder (which keeps no run config) from its
+    manifest."""
     from ..outputs import read_manifest
     from ..training.checkpoint import find_weights
 
@@ -633,12 +634,16 @@ def _run_config(run: str | Path, engine: str) -> tuple[str, dict[str, Any]]:
         from ..export.ctranslate2 import is_export
 
         if is_export(run):
-            manifest = read_manifest(run) or {}
-            languages = manifest.get("languages") or {}
-            config = {"data": {"src": languages.get("source"), "tgt": languages.get("target")}}
-            return Path(run).resolve().name, config
+            named = (read_manifest(run) or {}).get("languages") or {}
+            source, target = named.get("source"), named.get("target")
+            languages = {"source": source, "target": target} if source and target else None
+            return Path(run).resolve().name, "translation", languages
     run_dir = find_weights(run)[0]
-    return run_dir.resolve().name, json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    kind = "parsing" if config.get("task") == "parsing" else "classifier" if "head" in config else "translation"
+    data = config.get("data", {})
+    languages = {"source": data["src"], "target": data["tgt"]} if data.get("src") and data.get("tgt") else None
+    return run_dir.resolve().name, kind, languages
 
 
 def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "auto") -> tuple[Any, dict[str, Any]]:
@@ -648,10 +653,9 @@ def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "aut
 
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
-    name, config = _run_config(run, engine)
+    name, kind, languages = _describe_run(run, engine)
     predictor: Classifier | CTranslate2Translator | Parser | Translator
-    kind = "parsing" if config.get("task") == "parsing" else "classifier" if "head" in config else None
-    if kind is not None and engine != "torch":  # the export knows only plain translation models
+    if kind != "translation" and engine != "torch":  # the export knows only plain translation models
         raise ConfigError(f"{run}: a {kind} run is served with the torch engine only (--engine torch)")
     if kind == "parsing":
         from ..tasks.parsing import Parser
@@ -669,10 +673,9 @@ def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "aut
         from ..decoding.translator import Translator
 
         predictor = Translator.from_run(run, device=device)
-    data = config.get("data", {})
     metadata: dict[str, Any] = {"run": name}
-    if data.get("src") and data.get("tgt"):
-        metadata["languages"] = {"source": data["src"], "target": data["tgt"]}
+    if languages is not None:
+        metadata["languages"] = languages
     return predictor, metadata
 
 

@@ -447,12 +447,22 @@ def format_summary(summary: dict) -> str:
 # ----------------------------------------------------------------------------------------------------- word pointer
 
 
-def word_positions(starts: np.ndarray, target: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+def pointer_targets(starts: Sequence[int] | np.ndarray, *, last: bool = False) -> np.ndarray:
+    """What the pointer reads for each word and then for EOS: the word starts (ParseCorpus), (n + 1,); with `last`
+    (model.word_pointer_last) (first piece, last piece) pairs, (n + 1, 2): a word's last piece is the one before
+    the next word's first, and EOS's is EOS."""
+    starts = np.asarray(starts, dtype=np.int64)
+    if not last:
+        return starts
+    return np.stack([starts, np.concatenate([starts[1:] - 1, starts[-1:]])], axis=1)
+
+
+def word_positions(starts: np.ndarray, target: np.ndarray, leaves: np.ndarray, *, last: bool = False) -> np.ndarray:
     """For the decoder inputs BOS + target: the source position of the next word to cover at each of them, given
     the sentence's word starts (ParseCorpus) and which ids are leaves (the words used so far are the leaves
-    already written). (len(target) + 1,)"""
+    already written). (len(target) + 1,), or (len(target) + 1, 2) with `last` (see pointer_targets)."""
     used = np.concatenate([[0], np.cumsum(leaves[target])])
-    return np.asarray(starts)[np.minimum(used, len(starts) - 1)]
+    return pointer_targets(starts, last=last)[np.minimum(used, len(starts) - 1)]
 
 
 # ------------------------------------------------------------------------------------------------------------- task
@@ -482,9 +492,10 @@ class ParsingTask(SequenceTask):
         if self.leaves is None:
             return batch
         assert isinstance(corpus, ParseCorpus)
-        word_pos = torch.zeros_like(batch.tgt_in)
+        last = self.config.model.word_pointer_last
+        word_pos = torch.zeros(*batch.tgt_in.shape, *((2,) if last else ()), dtype=torch.long)
         for row, i in enumerate(indices):  # a loop over sentences, as in data.collate
-            pos = word_positions(corpus.starts[i], corpus.tgt[i], self.leaves)
+            pos = word_positions(corpus.starts[i], corpus.tgt[i], self.leaves, last=last)
             word_pos[row, : len(pos)] = torch.from_numpy(pos)
         return dataclasses.replace(batch, word_pos=word_pos)
 
@@ -689,8 +700,10 @@ class Parser:
         src = torch.full((len(sources), max(map(len, sources))), PAD_ID, dtype=torch.long)
         for row, ids in enumerate(sources):
             src[row, : len(ids)] = torch.tensor(ids)
+        last = self.model.config.word_pointer_last
         constraint = self.constraint.for_sentences(
-            [len(s) for s in sentences], starts if self.leaves is not None else None
+            [len(s) for s in sentences],
+            [pointer_targets(s, last=last).tolist() for s in starts] if self.leaves is not None else None,
         )
         options: dict[str, Any] = {
             "max_len_a": d.max_len_a,
@@ -732,8 +745,9 @@ class Parser:
         self.model.eval()
         word_pos = None
         if self.leaves is not None:
-            pos = word_positions(np.asarray(starts), np.asarray(tgt_ids, dtype=np.int64), self.leaves)
-            word_pos = torch.from_numpy(pos).view(1, -1).to(self.device)
+            last = self.model.config.word_pointer_last
+            pos = word_positions(np.asarray(starts), np.asarray(tgt_ids, dtype=np.int64), self.leaves, last=last)
+            word_pos = torch.from_numpy(pos).unsqueeze(0).to(self.device)
         with self.model.recording_attention():
             self.model(
                 torch.tensor([src_ids], device=self.device),
