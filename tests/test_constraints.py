@@ -212,6 +212,31 @@ def test_reorder_and_select_follow_rows():
     assert torch.equal(c.allowed(swapped)[1:], c.allowed(state)[:1].expand(2, -1))
 
 
+def test_pointer_pairs_follow_words_and_rows():
+    """Bound with (first piece, last piece) pairs (model.word_pointer_last), rows of different word counts padded
+    by repeating their last pair: the pointer gives each row the pair of its next word, then its EOS pair, and
+    follows reorder and select; malformed positions are refused."""
+    pairs = [[[0, 1], [2, 2], [3, 3]], [[0, 0], [1, 3], [4, 5], [6, 6]]]  # 2 words + EOS, 3 words + EOS
+    c = constraint().for_sentences([2, 3], pairs)
+    assert c.word_starts is not None and c.word_starts.shape == (2, 4, 2)
+    assert c.word_starts[0, 3].tolist() == [3, 3]  # the padding repeats the EOS pair
+    state = c.start(torch.tensor([12, 12]))
+    pointer = lambda s: c.pointer(s).tolist()
+    assert pointer(state) == [[0, 1], [0, 0]]
+    state = c.advance(state, torch.tensor([ID["(ROOT"], ID["(ROOT"]]))
+    assert pointer(state) == [[0, 1], [0, 0]]  # brackets cover no word
+    state = c.advance(state, torch.tensor([ID["NN"], ID["NN"]]))
+    assert pointer(state) == [[2, 2], [1, 3]]
+    state = c.advance(state, torch.tensor([ID["DT"], ID["(NP"]]))
+    assert pointer(state) == [[3, 3], [1, 3]]  # row 0 has covered both words: its EOS pair
+    assert pointer(c.reorder(state, torch.tensor([1, 1, 0]))) == [[1, 3], [1, 3], [3, 3]]
+    assert pointer(c.select(state, torch.tensor([1]))) == [[1, 3]]
+    with pytest.raises(ValueError, match="W \\+ 1, 2"):
+        constraint().for_sentences([1], [[[0, 0, 0], [1, 1, 1]]])
+    with pytest.raises(ValueError, match="n_words \\+ 1"):
+        constraint().for_sentences([2], [[[0, 0], [1, 1]]])
+
+
 def test_accepted_sequences_are_exactly_the_trees_within_the_limit():
     """For 2 words and at most 10 output tokens, a breadth-first walk of the constraint finds exactly the token
     sequences that delinearize to a ROOT-rooted tree (enumerated from all sequences over a 4-token vocabulary)."""

@@ -401,12 +401,14 @@ def test_parse_evalb_and_attention_commands(tiny_run, treebank, tmp_path, capsys
 
 
 @pytest.fixture(
-    scope="module", params=[(False, False), (True, False), (True, True)], ids=["pointer", "+output", "+output+last"]
+    scope="module",
+    params=[(False, False), (True, False), (False, True), (True, True)],
+    ids=["pointer", "+output", "+last", "+output+last"],
 )
 def pointer_run(request, tmp_path_factory, treebank) -> tuple[Path, ParsingTask]:
     """Like tiny_run, with model.word_pointer (and, the second time, model.word_pointer_output: the pointed state
-    also added before the output layer; the third, also model.word_pointer_last: the word's last piece pointed at
-    too): untrained weights saved as best.safetensors."""
+    also added before the output layer; then model.word_pointer_last, the word's last piece pointed at too, without
+    and with the output pointer): untrained weights saved as best.safetensors."""
     run = tmp_path_factory.mktemp("pointer") / "run"
     config = tiny_config(*treebank)
     output, last = request.param
@@ -464,6 +466,9 @@ def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
         assert model.word_last_proj is not None and float(model.word_last_proj.weight.grad.abs().sum()) > 0
         with pytest.raises(ValueError, match="first, last"):
             model(batch.src, batch.tgt_in, word_pos=batch.word_pos[..., 0])
+    else:  # and a model without it refuses pairs
+        with pytest.raises(ValueError, match=r"must be \(B, T\)"):
+            model(batch.src, batch.tgt_in, word_pos=batch.word_pos.unsqueeze(-1).expand(-1, -1, 2))
 
 
 @pytest.mark.parametrize("beam", [1, 3])

@@ -43,7 +43,7 @@ OTHER, EOS, OPEN, CLOSE, LEAF, ROOT_OPEN = range(6)
 
 @dataclass(frozen=True)
 class TreeState:
-    """The constraint's state for N decoder rows; every field is (N,)."""
+    """The constraint's state for N decoder rows; every field is (N,) but word_starts."""
 
     n_words: Tensor  # words of the row's sentence
     max_len: Tensor  # most output tokens, EOS included
@@ -123,6 +123,8 @@ class TreeConstraint:
             word_starts = torch.as_tensor(word_starts, dtype=torch.long)
             if word_starts.size(0) != n.numel() or bool((word_starts.size(1) < n + 1).any()):
                 raise ValueError("word_starts needs n_words + 1 positions per sentence")
+            if word_starts.dim() == 3 and word_starts.size(2) != 2 or word_starts.dim() not in (2, 3):
+                raise ValueError(f"word_starts must be (B, W + 1) or (B, W + 1, 2), got {tuple(word_starts.shape)}")
         return replace(self, n_words=n, word_starts=word_starts)
 
     def start(self, max_len: Tensor) -> TreeState:

@@ -427,14 +427,18 @@ class Transformer(nn.Module):
         if word_pos is None or projected is None:
             raise ValueError("a model with model.word_pointer needs the word positions (word_pos)")
         if self.word_last_proj is None:
-            index = word_pos.view(word_pos.size(0), -1, 1).expand(-1, -1, projected.size(-1))  # (B, T, D)
+            if word_pos.dim() != 2:
+                raise ValueError(f"word positions must be (B, T) for this model, got {tuple(word_pos.shape)}")
+            index = word_pos.unsqueeze(-1).expand(-1, -1, projected.size(-1))  # (B, T, D)
             return projected.gather(1, index)
-        if word_pos.size(-1) != 2:
-            raise ValueError("a model with model.word_pointer_last needs (first, last) piece positions per step")
-        pairs = word_pos.view(word_pos.size(0), -1, 2)  # (B, T, 2)
+        if word_pos.dim() != 3 or word_pos.size(-1) != 2:
+            raise ValueError(
+                "a model with model.word_pointer_last needs (first, last) piece positions per step, (B, T, 2), "
+                f"got {tuple(word_pos.shape)}"
+            )
         first, last = projected.chunk(2, dim=-1)  # (B, S, D) each
         gather = lambda states, pos: states.gather(1, pos.unsqueeze(-1).expand(-1, -1, states.size(-1)))
-        return gather(first, pairs[..., 0]) + gather(last, pairs[..., 1])
+        return gather(first, word_pos[..., 0]) + gather(last, word_pos[..., 1])
 
     def _split(self, pointed: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
         """The pointed states -> (added to the decoder input, added to the decoder output); None where unused."""
@@ -478,7 +482,8 @@ class Transformer(nn.Module):
         """tokens: (B,) the newest token of each row; `word_pos` (B,), word-pointer models only: the source position
         of the next word each row has to cover ((B, 2), first and last piece, with word_pointer_last). Returns
         next-token logits (B, V); updates `cache`."""
-        extra, late = self._split(self._pointed(cache.pointer_memory, word_pos))  # (B, 1, D) each
+        step_pos = None if word_pos is None else word_pos.unsqueeze(1)  # (B, 1) or (B, 1, 2): one step
+        extra, late = self._split(self._pointed(cache.pointer_memory, step_pos))  # (B, 1, D) each
         return self.output(self._late(self.decoder.step(tokens, cache, extra), None if late is None else late[:, 0]))
 
     @contextlib.contextmanager
