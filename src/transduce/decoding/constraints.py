@@ -121,10 +121,10 @@ class TreeConstraint:
             word_starts = torch.tensor([r + [r[-1]] * (width - len(r)) for r in rows], dtype=torch.long)
         if word_starts is not None:
             word_starts = torch.as_tensor(word_starts, dtype=torch.long)
+            if word_starts.dim() < 2 or tuple(word_starts.shape[2:]) not in ((), (2,)):
+                raise ValueError(f"word_starts must be (B, W + 1) or (B, W + 1, 2), got {tuple(word_starts.shape)}")
             if word_starts.size(0) != n.numel() or bool((word_starts.size(1) < n + 1).any()):
                 raise ValueError("word_starts needs n_words + 1 positions per sentence")
-            if word_starts.dim() == 3 and word_starts.size(2) != 2 or word_starts.dim() not in (2, 3):
-                raise ValueError(f"word_starts must be (B, W + 1) or (B, W + 1, 2), got {tuple(word_starts.shape)}")
         return replace(self, n_words=n, word_starts=word_starts)
 
     def start(self, max_len: Tensor) -> TreeState:
@@ -155,11 +155,11 @@ class TreeConstraint:
         used), (N, 2) when bound with (first, last) pairs; None when bound without word positions."""
         if self.word_starts is None:
             return None
-        starts = state.word_starts
+        starts = state.word_starts  # (N, W + 1) or (N, W + 1, 2)
         used = state.used.clamp(max=starts.size(1) - 1)  # rows of a -inf beam may run past the words
-        if starts.dim() == 2:
-            return starts.gather(1, used.view(-1, 1)).view(-1)
-        return starts.gather(1, used.view(-1, 1, 1).expand(-1, 1, starts.size(2))).view(-1, starts.size(2))
+        pair = starts.shape[2:]  # () or (2,)
+        index = used.view(-1, 1, *(1 for _ in pair)).expand(-1, 1, *pair)
+        return starts.gather(1, index).squeeze(1)
 
     def allowed(self, state: TreeState) -> Tensor:
         """(N, V) bool: the tokens each row may emit next."""

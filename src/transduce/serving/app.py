@@ -630,20 +630,20 @@ def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str
     from ..outputs import read_manifest
     from ..training.checkpoint import find_weights
 
+    def languages(source: str | None, target: str | None) -> dict[str, str] | None:
+        return {"source": source, "target": target} if source and target else None
+
     if engine == "ctranslate2":
         from ..export.ctranslate2 import is_export
 
         if is_export(run):
             named = (read_manifest(run) or {}).get("languages") or {}
-            source, target = named.get("source"), named.get("target")
-            languages = {"source": source, "target": target} if source and target else None
-            return Path(run).resolve().name, "translation", languages
+            return Path(run).resolve().name, "translation", languages(named.get("source"), named.get("target"))
     run_dir = find_weights(run)[0]
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     kind = "parsing" if config.get("task") == "parsing" else "classifier" if "head" in config else "translation"
     data = config.get("data", {})
-    languages = {"source": data["src"], "target": data["tgt"]} if data.get("src") and data.get("tgt") else None
-    return run_dir.resolve().name, kind, languages
+    return run_dir.resolve().name, kind, languages(data.get("src"), data.get("tgt"))
 
 
 def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "auto") -> tuple[Any, dict[str, Any]]:
