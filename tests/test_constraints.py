@@ -237,6 +237,43 @@ def test_pointer_pairs_follow_words_and_rows():
         constraint().for_sentences([2], [[[0, 0], [1, 1]]])
 
 
+def test_span_pointer_follows_the_innermost_open_constituent():
+    """Bound with span=True (model.span_pointer), the pointer's last column is the first piece of the first word of
+    each row's innermost open constituent, the source EOS outside the root: step by step against span_words (what
+    training reads off the target), on rows decoding different trees, through reorder and select."""
+    from transduce.tasks.parsing import span_words
+
+    kinds = constraint().kinds.numpy()
+    sequences = [  # a tree per row, as target ids (with EOS)
+        [ID[t] for t in "(ROOT (S (NP DT NN ) (VP VBZ ) . ) ) </s>".split()],
+        [ID[t] for t in "(ROOT (NP (NP NN ) (PP IN (NP NNS ) ) ) ) </s>".split()],
+    ]
+    starts = [[0, 2, 3, 5, 6], [0, 1, 3, 4]]  # word starts + EOS: 4 words, then 3
+    c = constraint().for_sentences([4, 3], starts, span=True)
+    state = c.start(torch.tensor([15, 15]))
+    assert state.open_starts.shape == (2, 15)
+    expected = [
+        [starts[r][w] for w in span_words(seq[:-1], kinds, len(starts[r]) - 1)] for r, seq in enumerate(sequences)
+    ]
+    assert expected[0][:6] == [6, 0, 0, 0, 0, 0] and expected[0][7] == 3  # inside (VP: its first word, "barks"
+    assert expected[1][6] == 1 and expected[1][8] == 3  # (PP starts at "of", its (NP at "b"
+    seen = []
+    for step in range(max(map(len, sequences))):
+        pointer = c.pointer(state)
+        assert pointer is not None and pointer.shape == (2, 2)  # (next word's first piece, span start)
+        seen.append(pointer[:, 1].tolist())
+        if step == 7:  # rows swapped and duplicated, then one kept: the stack follows its row
+            assert c.pointer(c.reorder(state, torch.tensor([1, 0, 1])))[:, 1].tolist() == seen[-1][::-1] + seen[-1][1:]
+            assert c.pointer(c.select(state, torch.tensor([0])))[:, 1].tolist() == seen[-1][:1]
+        tokens = [seq[min(step, len(seq) - 1)] for seq in sequences]
+        assert bool(c.allowed(state)[torch.arange(2), torch.tensor(tokens)].all())
+        state = c.advance(state, torch.tensor(tokens))
+    for row, seq in enumerate(sequences):
+        assert [column[row] for column in seen[: len(seq)]] == expected[row]
+    with pytest.raises(ValueError, match="span=True needs the word starts"):
+        constraint().for_sentences([2], span=True)
+
+
 def test_accepted_sequences_are_exactly_the_trees_within_the_limit():
     """For 2 words and at most 10 output tokens, a breadth-first walk of the constraint finds exactly the token
     sequences that delinearize to a ROOT-rooted tree (enumerated from all sequences over a 4-token vocabulary)."""

@@ -288,6 +288,8 @@ def test_config_checks_and_the_shipped_recipe():
         ModelConfig(word_pointer_output=True)
     with pytest.raises(ConfigError, match="word_pointer_last needs model.word_pointer"):
         ModelConfig(word_pointer_last=True)
+    with pytest.raises(ConfigError, match="span_pointer needs model.word_pointer"):
+        ModelConfig(span_pointer=True)
     assert (ParseDecodeConfig().beam, ParseDecodeConfig().alpha, ParseDecodeConfig().max_len_b) == (21, 0.3, 300)
     import tomllib
 
@@ -402,17 +404,27 @@ def test_parse_evalb_and_attention_commands(tiny_run, treebank, tmp_path, capsys
 
 @pytest.fixture(
     scope="module",
-    params=[(False, False), (True, False), (False, True), (True, True)],
-    ids=["pointer", "+output", "+last", "+output+last"],
+    params=[
+        (False, False, False),
+        (True, False, False),
+        (False, True, False),
+        (True, True, False),
+        (False, False, True),
+        (True, True, True),
+    ],
+    ids=["pointer", "+output", "+last", "+output+last", "+span", "+output+last+span"],
 )
 def pointer_run(request, tmp_path_factory, treebank) -> tuple[Path, ParsingTask]:
     """Like tiny_run, with model.word_pointer (and, the second time, model.word_pointer_output: the pointed state
     also added before the output layer; then model.word_pointer_last, the word's last piece pointed at too, without
-    and with the output pointer): untrained weights saved as best.safetensors."""
+    and with the output pointer; then model.span_pointer, the innermost open constituent's first word pointed at
+    too, alone and with both): untrained weights saved as best.safetensors."""
     run = tmp_path_factory.mktemp("pointer") / "run"
     config = tiny_config(*treebank)
-    output, last = request.param
-    model = dataclasses.replace(config.model, word_pointer=True, word_pointer_output=output, word_pointer_last=last)
+    output, last, span = request.param
+    model = dataclasses.replace(
+        config.model, word_pointer=True, word_pointer_output=output, word_pointer_last=last, span_pointer=span
+    )
     config = config.replace(model=model)
     task = prepare_run(config, run)
     torch.manual_seed(1)
@@ -423,27 +435,36 @@ def pointer_run(request, tmp_path_factory, treebank) -> tuple[Path, ParsingTask]
 def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
     """At every decoder input (BOS + target), word_pos is the source position of the first piece of the word after
     the leaves written so far (the input itself included), and the source EOS once every word is covered: checked
-    against the pieces' text. With word_pointer_last, also the position of that word's last piece (EOS's: EOS)."""
+    against the pieces' text. With word_pointer_last, also the position of that word's last piece (EOS's: EOS); with
+    span_pointer, then the first piece of the first word of the innermost open constituent (EOS outside the root)."""
     _, task = pointer_run
     vocab, sp = task.data.vocab, task.data.tokenizer.sp
-    last = task.config.model.word_pointer_last
+    last, span = task.config.model.word_pointer_last, task.config.model.span_pointer
+    reads = 1 + last + span
     batch = task.collate(task.batches(max_tokens=600, seed=2, epoch=0)[0])
-    assert batch.word_pos is not None and batch.word_pos.shape == (*batch.tgt_in.shape, *((2,) if last else ()))
-    multi_piece = 0
+    assert batch.word_pos is not None
+    assert batch.word_pos.shape == (*batch.tgt_in.shape, *((reads,) if reads > 1 else ()))
+    multi_piece, inner_spans = 0, 0
     for row in range(batch.src.size(0)):
         src = [i for i in batch.src[row].tolist() if i != 0]
         word_at = [j for j, i in enumerate(src[:-1]) if sp.id_to_piece(i).startswith("\u2581")] + [len(src) - 1]
         word_end = [b - 1 for b in word_at[1:]] + [len(src) - 1]
         multi_piece += sum(b > a for a, b in zip(word_at, word_end))
         tokens = vocab.decode(batch.tgt_in[row, 1:].tolist())
-        used = 0
+        used, opened = 0, []  # opened: the word each open constituent starts at
         for j in range(int(batch.tgt_in[row].ne(0).sum())):
-            if j > 0 and tokens[j - 1] not in (")", "</s>", "<pad>") and not tokens[j - 1].startswith("("):
+            if j > 0 and tokens[j - 1].startswith("("):
+                opened.append(used)
+            elif j > 0 and tokens[j - 1] == ")":
+                opened.pop()
+            elif j > 0 and tokens[j - 1] not in ("</s>", "<pad>"):
                 used += 1  # the input at j is a leaf: its word is covered
-            expected = [word_at[used], word_end[used]] if last else word_at[used]
-            assert batch.word_pos[row, j].tolist() == expected
+            expected = [word_at[used]] + [word_end[used]] * last + [word_at[opened[-1] if opened else -1]] * span
+            assert batch.word_pos[row, j].tolist() == (expected if reads > 1 else expected[0])
+            inner_spans += bool(opened) and opened[-1] > 0
         assert used == len(word_at) - 1  # every word covered once
     assert multi_piece > 0  # some words have several pieces: first and last differ
+    assert inner_spans > 0  # some constituents start after the first word
     # a model with the pointer needs the positions; one without refuses them
     torch.manual_seed(0)
     model = task.build_model()
@@ -451,7 +472,11 @@ def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
         model(batch.src, batch.tgt_in)
     with pytest.raises(ValueError, match="without model.word_pointer"):
         plain = dataclasses.replace(
-            task.config.model, word_pointer=False, word_pointer_output=False, word_pointer_last=False
+            task.config.model,
+            word_pointer=False,
+            word_pointer_output=False,
+            word_pointer_last=False,
+            span_pointer=False,
         )
         tiny_run_model = Transformer(plain)
         tiny_run_model(batch.src, batch.tgt_in, word_pos=batch.word_pos)
@@ -462,11 +487,15 @@ def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
     halves = model.word_proj.weight.grad.split(d)  # [W_p; W_o] with word_pointer_output: both learn
     assert len(halves) == (2 if task.config.model.word_pointer_output else 1)
     assert all(float(h.abs().sum()) > 0 for h in halves)
-    if last:  # W_l learns too; a model with it refuses first-piece positions alone
-        assert model.word_last_proj is not None and float(model.word_last_proj.weight.grad.abs().sum()) > 0
-        with pytest.raises(ValueError, match="first, last"):
+    for proj, on in ((model.word_last_proj, last), (model.span_proj, span)):  # W_l and W_s learn when present
+        assert (proj is not None) == on
+        assert proj is None or float(proj.weight.grad.abs().sum()) > 0
+    if reads > 1:  # a model with more reads refuses first-piece positions alone, and one read too few
+        with pytest.raises(ValueError, match="first, last" if last else "first, span"):
             model(batch.src, batch.tgt_in, word_pos=batch.word_pos[..., 0])
-    else:  # and a model without it refuses pairs
+        with pytest.raises(ValueError, match=rf"\(B, T, {reads}\)"):
+            model(batch.src, batch.tgt_in, word_pos=batch.word_pos[..., 1:])
+    else:  # and a model without them refuses pairs
         with pytest.raises(ValueError, match=r"must be \(B, T\)"):
             model(batch.src, batch.tgt_in, word_pos=batch.word_pos.unsqueeze(-1).expand(-1, -1, 2))
 
@@ -489,7 +518,7 @@ def _teacher_forced_log_prob(parser: Parser, source: list[int], starts: list[int
 
     target = tokens + [3]  # + EOS
     last = parser.model.config.word_pointer_last
-    pos = word_positions(np.asarray(starts), np.asarray(target[:-1]), parser.leaves, last=last)
+    pos = word_positions(np.asarray(starts), np.asarray(target[:-1]), parser.leaves, last=last, kinds=parser.kinds)
     with torch.no_grad():
         logits = parser.model(
             torch.tensor([source]), torch.tensor([[2] + target[:-1]]), word_pos=torch.from_numpy(pos).unsqueeze(0)
@@ -511,7 +540,9 @@ def test_pointer_decoding_scores_equal_teacher_forcing(pointer_run):
 
     (source,), (starts,) = parser._sources([words_])
     last = parser.model.config.word_pointer_last
-    constraint = parser.constraint.for_sentences([len(words_)], [pointer_targets(starts, last=last).tolist()])
+    constraint = parser.constraint.for_sentences(
+        [len(words_)], [pointer_targets(starts, last=last).tolist()], span=parser.kinds is not None
+    )
     (hyp,) = greedy_search(parser.model, torch.tensor([source]), max_len_b=40, constraint=constraint)[0]
     assert _teacher_forced_log_prob(parser, source, starts, hyp.tokens) == pytest.approx(hyp.log_prob, abs=1e-3)
     hyps = beam_search(parser.model, torch.tensor([source]), beam=4, nbest=4, max_len_b=40, constraint=constraint)[0]

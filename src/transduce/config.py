@@ -52,6 +52,7 @@ class ModelConfig:
     word_pointer: bool = False  # parsing only: each decoder input also gets the encoder state of the next word
     word_pointer_output: bool = False  # with word_pointer: that word's state is also added before the output layer
     word_pointer_last: bool = False  # with word_pointer: the pointer reads the word's last piece as well as its first
+    span_pointer: bool = False  # with word_pointer: also the first word of the innermost open constituent
     pad_id: int = 0
     layer_norm_eps: float = 1e-5
 
@@ -74,7 +75,7 @@ class ModelConfig:
             raise ConfigError(f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         if self.attention_window is not None and self.attention_window < 0:
             raise ConfigError(f"model.attention_window must be >= 0, got {self.attention_window}")
-        for name in ("word_pointer_output", "word_pointer_last"):
+        for name in ("word_pointer_output", "word_pointer_last", "span_pointer"):
             if getattr(self, name) and not self.word_pointer:
                 raise ConfigError(f"model.{name} needs model.word_pointer = true")
         if self.vocab_size and not 0 <= self.pad_id < self.vocab_size:

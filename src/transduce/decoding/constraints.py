@@ -24,7 +24,9 @@ allowed when it keeps the output a prefix of one tree over exactly the row's n w
 
 The constraint also knows, per row, which word comes next (`used`): bound with the source positions of the words
 (`for_sentences(n_words, word_starts)`), `pointer(state)` gives the source position of the next word to cover, which
-a model with the word pointer (model.word_pointer) adds to its decoder input.
+a model with the word pointer (model.word_pointer) adds to its decoder input. Bound with `span=True` (for a model
+with model.span_pointer), it also keeps a stack of the word at which each open constituent started, and the pointer
+adds the position of the innermost one's first word (the source EOS at depth 0).
 
 Axis legend: B sentences, N decoder rows (B * beam), V vocabulary, W most words in the batch.
 """
@@ -43,7 +45,7 @@ OTHER, EOS, OPEN, CLOSE, LEAF, ROOT_OPEN = range(6)
 
 @dataclass(frozen=True)
 class TreeState:
-    """The constraint's state for N decoder rows; every field is (N,) but word_starts."""
+    """The constraint's state for N decoder rows; every field is (N,) but word_starts and open_starts."""
 
     n_words: Tensor  # words of the row's sentence
     max_len: Tensor  # most output tokens, EOS included
@@ -56,6 +58,8 @@ class TreeState:
     word_starts: Tensor  # (N, W + 1) source position of each word, then of EOS ((N, W + 1, 2): first and last piece)
     # or (N, 1) zeros when not bound
     open_run: Tensor  # brackets opened in a row since the last leaf or ")"
+    open_starts: Tensor  # (N, most tokens) the word each open constituent starts at, outermost first (bound with
+    # span=True); (N, 1) zeros otherwise
 
 
 def min_output_length(n_words: int) -> int:
@@ -76,6 +80,7 @@ class TreeConstraint:
     n_words: Tensor | None = None  # (B,) set by for_sentences
     word_starts: Tensor | None = None  # (B, W + 1) or (B, W + 1, 2), set by for_sentences for a word-pointer model
     max_open_run: int | None = None  # most "(LABEL" in a row; None: no bound
+    span: bool = False  # set by for_sentences: the pointer also reads the innermost open constituent's first word
     has_root: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -108,12 +113,18 @@ class TreeConstraint:
         return cls(torch.tensor([kind(t) for t in vocab], dtype=torch.long))
 
     def for_sentences(
-        self, n_words: Tensor | Sequence[int], word_starts: Tensor | Sequence[Sequence[int]] | None = None
+        self,
+        n_words: Tensor | Sequence[int],
+        word_starts: Tensor | Sequence[Sequence[int]] | None = None,
+        *,
+        span: bool = False,
     ) -> TreeConstraint:
         """This constraint for a batch whose sentences have `n_words` (B,) words each. `word_starts` (for a model
         with the word pointer): per sentence, the source position of each word's first piece and then the position
         of the source EOS (n + 1 values), as a (B, W + 1) tensor or lists (padded here by repeating the last); or
-        (first piece, last piece) pairs, (B, W + 1, 2), for a model with model.word_pointer_last."""
+        (first piece, last piece) pairs, (B, W + 1, 2), for a model with model.word_pointer_last. `span` (a model
+        with model.span_pointer, needs `word_starts`): the pointer also gives the first piece of the first word of
+        each row's innermost open constituent."""
         n = torch.as_tensor(n_words, dtype=torch.long)
         if word_starts is not None and not torch.is_tensor(word_starts):
             rows = [list(r) for r in word_starts]
@@ -125,7 +136,9 @@ class TreeConstraint:
                 raise ValueError(f"word_starts must be (B, W + 1) or (B, W + 1, 2), got {tuple(word_starts.shape)}")
             if word_starts.size(0) != n.numel() or bool((word_starts.size(1) < n + 1).any()):
                 raise ValueError("word_starts needs n_words + 1 positions per sentence")
-        return replace(self, n_words=n, word_starts=word_starts)
+        if span and word_starts is None:
+            raise ValueError("span=True needs the word starts")
+        return replace(self, n_words=n, word_starts=word_starts, span=span)
 
     def start(self, max_len: Tensor) -> TreeState:
         """The state before the first token, one row per sentence. `max_len` (B,): most output tokens, EOS included
@@ -148,18 +161,29 @@ class TreeConstraint:
         if self.kinds.device != device:
             object.__setattr__(self, "kinds", self.kinds.to(device))  # once per search, not per step
         starts = zeros.view(-1, 1) if self.word_starts is None else self.word_starts.to(device)
-        return TreeState(n, max_len.long(), zeros, zeros, zeros, false, false, false, starts, zeros)
+        # depth never exceeds the tokens emitted, so a stack as wide as the longest output holds every open start
+        stack = zeros.view(-1, 1).expand(-1, int(max_len.max()) if self.span and n.numel() else 1).contiguous()
+        return TreeState(n, max_len.long(), zeros, zeros, zeros, false, false, false, starts, zeros, stack)
 
     def pointer(self, state: TreeState) -> Tensor | None:
         """(N,) the source position of the next word each row has to cover (the source EOS once every word is
-        used), (N, 2) when bound with (first, last) pairs; None when bound without word positions."""
+        used), (N, 2) when bound with (first, last) pairs; None when bound without word positions. Bound with
+        `span`, one more column last: the first piece of the innermost open constituent's first word (EOS at depth
+        0), so (N, 2) or (N, 3)."""
         if self.word_starts is None:
             return None
         starts = state.word_starts  # (N, W + 1) or (N, W + 1, 2)
         used = state.used.clamp(max=starts.size(1) - 1)  # rows of a -inf beam may run past the words
         pair = starts.shape[2:]  # () or (2,)
         index = used.view(-1, 1, *(1 for _ in pair)).expand(-1, 1, *pair)
-        return starts.gather(1, index).squeeze(1)
+        nxt = starts.gather(1, index).squeeze(1)  # (N,) or (N, 2)
+        if not self.span:
+            return nxt
+        top = state.open_starts.gather(1, (state.depth - 1).clamp(min=0).view(-1, 1)).squeeze(1)  # (N,)
+        word = torch.where(state.depth.gt(0), top, state.n_words).clamp(max=starts.size(1) - 1)
+        firsts = starts if not pair else starts[..., 0]  # (N, W + 1): each word's first piece
+        span_start = firsts.gather(1, word.view(-1, 1))  # (N, 1)
+        return torch.cat([nxt.view(nxt.size(0), -1), span_start], dim=1)
 
     def allowed(self, state: TreeState) -> Tensor:
         """(N, V) bool: the tokens each row may emit next."""
@@ -189,6 +213,12 @@ class TreeConstraint:
         closes = kind.eq(CLOSE)
         leaf = kind.eq(LEAF)
         depth = state.depth + opens.long() - closes.long()
+        stack = state.open_starts
+        if self.span:  # an open pushes the word its constituent starts at: the next one to cover
+            slot = state.depth.clamp(max=stack.size(1) - 1).view(-1, 1)
+            stack = stack.scatter(
+                1, slot, torch.where(opens.view(-1, 1), state.used.view(-1, 1), stack.gather(1, slot))
+            )
         return replace(
             state,
             length=state.length + 1,
@@ -198,6 +228,7 @@ class TreeConstraint:
             closed=state.closed | (closes & depth.eq(0)),
             ended=state.ended | kind.eq(EOS),
             open_run=torch.where(opens, state.open_run + 1, torch.zeros_like(state.open_run)),
+            open_starts=stack,
         )
 
     def reorder(self, state: TreeState, index: Tensor) -> TreeState:

@@ -10,7 +10,8 @@ of `torch.nn.functional.scaled_dot_product_attention` (True = may attend) in exa
 Departures from the paper, all named: LayerNorm eps is 1e-5 and divides by sqrt(variance + eps) (the paper does not
 say); `norm_first=True` gives the pre-LN variant with a final LayerNorm per stack; `attention_dropout` and
 `activation_dropout` (default 0) and learned positions are options; `word_pointer` (parsing, not in the paper) adds
-to each decoder input a projection of the encoder state of the next word the output has to cover; padded query rows
+to each decoder input a projection of the encoder state of the next word the output has to cover (and with
+`span_pointer` of the first word of the innermost open constituent); padded query rows
 of a restricted (windowed) self-attention attend to themselves so that no softmax row is empty (their outputs are
 never read).
 """
@@ -280,7 +281,7 @@ class DecoderCache:
     src_pad_mask: Tensor  # (B, S)
     cross_mask: Tensor | None  # (B, 1, 1, S)
     step: int = 0
-    pointer_memory: Tensor | None = None  # (B, S, D..4D) W_p . encoder output (_pointer_memory), word pointer only
+    pointer_memory: Tensor | None = None  # (B, S, D..6D) W_p . encoder output (_pointer_memory), word pointer only
 
     def reorder(self, index: Tensor) -> None:
         """Keep the self-attention history of rows `index` (beam search: each beam's parent)."""
@@ -394,6 +395,9 @@ class Transformer(nn.Module):
         # with word_pointer_last the pointed state is W_p . (first piece's state) + W_l . (last piece's state): a word
         # cut into pieces keeps its ending (-s, -ed, -ly: what a tag depends on) in its last one
         self.word_last_proj = nn.Linear(config.d_model, pointer_width, bias=False) if config.word_pointer_last else None
+        # with span_pointer, + W_s . (first piece of the first word of the innermost open constituent): the span a ")"
+        # would close, from its first word to the word before the next one, without matching brackets by attention
+        self.span_proj = nn.Linear(config.d_model, pointer_width, bias=False) if config.span_pointer else None
         init_parameters(self, config.d_model)
         if config.tie_embeddings:
             self.output.weight = tgt_tokens.weight
@@ -408,37 +412,47 @@ class Transformer(nn.Module):
         extra, late = self._split(self._pointed(self._pointer_memory(memory), word_pos))
         return self.output(self._late(self.decoder(tgt_in, memory, src_pad_mask, extra), late))  # (B, T, V)
 
+    def pointer_reads(self) -> list[str]:
+        """The source positions the word pointer reads per decoder step, in the order of `word_pos`'s last axis:
+        "first" (the next word's first piece), then "last" (its last piece, word_pointer_last), then "span" (the
+        first piece of the innermost open constituent's first word, span_pointer); [] without the word pointer."""
+        if self.word_proj is None:
+            return []
+        return ["first"] + ["last"] * (self.word_last_proj is not None) + ["span"] * (self.span_proj is not None)
+
     def _pointer_memory(self, memory: Tensor) -> Tensor | None:
         """W_p . memory (B, S, D) ([W_p; W_o] . memory, (B, S, 2D), with word_pointer_output), projected once per
-        batch, and W_l . memory after it on the last axis with word_pointer_last; None without the word pointer."""
-        if self.word_proj is None:
+        batch, then W_l . memory (word_pointer_last) and W_s . memory (span_pointer) after it on the last axis;
+        None without the word pointer."""
+        projections = [p for p in (self.word_proj, self.word_last_proj, self.span_proj) if p is not None]
+        if not projections:
             return None
-        if self.word_last_proj is None:
-            return self.word_proj(memory)
-        return torch.cat([self.word_proj(memory), self.word_last_proj(memory)], dim=-1)
+        return torch.cat([p(memory) for p in projections], dim=-1) if len(projections) > 1 else projections[0](memory)
 
     def _pointed(self, projected: Tensor | None, word_pos: Tensor | None) -> Tensor | None:
         """The word pointer's input: (W_p . memory)[b, word_pos[b, t]] -> (B, T, D); None without a pointer. With
-        word_pointer_last, `word_pos` has a last axis of 2 (first piece, last piece) and the two gathers are added."""
-        if self.word_proj is None:
+        more reads (pointer_reads), `word_pos` has a last axis of that many positions, one gather per read, added."""
+        reads = self.pointer_reads()
+        if not reads:
             if word_pos is not None:
                 raise ValueError("word positions given to a model without model.word_pointer")
             return None
         if word_pos is None or projected is None:
             raise ValueError("a model with model.word_pointer needs the word positions (word_pos)")
-        if self.word_last_proj is None:
+        if len(reads) == 1:
             if word_pos.dim() != 2:
                 raise ValueError(f"word positions must be (B, T) for this model, got {tuple(word_pos.shape)}")
-            index = word_pos.unsqueeze(-1).expand(-1, -1, projected.size(-1))  # (B, T, D)
-            return projected.gather(1, index)
-        if word_pos.dim() != 3 or word_pos.size(-1) != 2:
+            word_pos = word_pos.unsqueeze(-1)
+        elif word_pos.dim() != 3 or word_pos.size(-1) != len(reads):
             raise ValueError(
-                "a model with model.word_pointer_last needs (first, last) piece positions per step, (B, T, 2), "
-                f"got {tuple(word_pos.shape)}"
+                f"this model reads {len(reads)} source positions per step ({', '.join(reads)}): word positions must "
+                f"be (B, T, {len(reads)}), got {tuple(word_pos.shape)}"
             )
-        first, last = projected.chunk(2, dim=-1)  # (B, S, D) each
-        gather = lambda states, pos: states.gather(1, pos.unsqueeze(-1).expand(-1, -1, states.size(-1)))
-        return gather(first, word_pos[..., 0]) + gather(last, word_pos[..., 1])
+        pointed = None
+        for i, states in enumerate(projected.chunk(len(reads), dim=-1)):  # (B, S, D) each
+            read = states.gather(1, word_pos[..., i].unsqueeze(-1).expand(-1, -1, states.size(-1)))  # (B, T, D)
+            pointed = read if pointed is None else pointed + read
+        return pointed
 
     def _split(self, pointed: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
         """The pointed states -> (added to the decoder input, added to the decoder output); None where unused."""
@@ -456,8 +470,8 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """Logits (B, T, V); or, given `positions` (flat indices into B*T), logits (len(positions), V) for those
         positions only (training skips the pre-softmax projection of padding). `word_pos` (B, T), models with the
-        word pointer only: the source position of the next word to cover at each decoder input ((B, T, 2), its
-        first and last piece, with word_pointer_last)."""
+        word pointer only: the source position of the next word to cover at each decoder input ((B, T, C) with more
+        reads than one: see pointer_reads)."""
         memory = self.encode(src)
         if positions is None:
             return self.decode(tgt_in, memory, self.pad_mask(src), word_pos)  # (B, T, V)
@@ -480,9 +494,9 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache, word_pos: Tensor | None = None) -> Tensor:
         """tokens: (B,) the newest token of each row; `word_pos` (B,), word-pointer models only: the source position
-        of the next word each row has to cover ((B, 2), first and last piece, with word_pointer_last). Returns
+        of the next word each row has to cover ((B, C) with more reads than one: see pointer_reads). Returns
         next-token logits (B, V); updates `cache`."""
-        step_pos = None if word_pos is None else word_pos.unsqueeze(1)  # (B, 1) or (B, 1, 2): one step
+        step_pos = None if word_pos is None else word_pos.unsqueeze(1)  # (B, 1) or (B, 1, C): one step
         extra, late = self._split(self._pointed(cache.pointer_memory, step_pos))  # (B, 1, D) each
         return self.output(self._late(self.decoder.step(tokens, cache, extra), None if late is None else late[:, 0]))
 

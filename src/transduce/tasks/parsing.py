@@ -17,6 +17,10 @@ a Foreign Language". The same encoder-decoder Transformer reads a sentence and w
   the source EOS). Training reads that word off the target (leaves written so far); decoding off the tree
   constraint's counter. Words are cut into pieces one by one, so each word's first piece is known whatever the
   tokenizer's normalisation does to the text (ParseCorpus.starts).
+- The span pointer (`model.span_pointer`, with the word pointer): each decoder input also gets the encoder state of
+  the first word of the innermost open constituent, so the decoder sees both ends of the span a ")" would close
+  without having to match brackets by attention. Training reads it off the target (a stack of open brackets,
+  `span_words`); decoding off the tree constraint's stack of open starts.
 - Validation: loss, and F1 scored like EVALB (tasks/evalb.py: COLLINS.prm plus DELETE_LABEL ROOT, strict, gold tags
   put back, the usual published setting) on the first `train.valid_max_sentences` trees of the valid file.
 
@@ -60,7 +64,7 @@ from ..data import (
 from ..data.parallel import Batch
 from ..data.text import data_root
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from ..decoding.constraints import LEAF, OTHER, TreeConstraint
+from ..decoding.constraints import CLOSE, LEAF, OPEN, OTHER, ROOT_OPEN, TreeConstraint
 from ..decoding.search import beam_search, greedy_search
 from ..decoding.translator import AttentionMaps, pick_device
 from ..model import Transformer
@@ -457,12 +461,44 @@ def pointer_targets(starts: Sequence[int] | np.ndarray, *, last: bool = False) -
     return np.stack([starts, np.concatenate([starts[1:] - 1, starts[-1:]])], axis=1)
 
 
-def word_positions(starts: np.ndarray, target: np.ndarray, leaves: np.ndarray, *, last: bool = False) -> np.ndarray:
+def span_words(target: Sequence[int] | np.ndarray, kinds: np.ndarray, n_words: int) -> np.ndarray:
+    """For the decoder inputs BOS + target: the word at which the innermost open constituent starts (the words
+    covered when its "(LABEL" was written), n_words (the source EOS) at depth 0, as TreeConstraint tracks it while
+    decoding. `kinds`: the constraint's token kind of every id (an UNK, kind OTHER, moves nothing). (len(target) +
+    1,)."""
+    stack: list[int] = []
+    used = 0
+    out = [n_words]
+    for kind in kinds[np.asarray(target, dtype=np.int64)].tolist():
+        if kind in (OPEN, ROOT_OPEN):
+            stack.append(used)
+        elif kind == CLOSE and stack:
+            stack.pop()
+        elif kind == LEAF:
+            used += 1
+        out.append(min(stack[-1], n_words) if stack else n_words)
+    return np.asarray(out, dtype=np.int64)
+
+
+def word_positions(
+    starts: np.ndarray,
+    target: np.ndarray,
+    leaves: np.ndarray,
+    *,
+    last: bool = False,
+    kinds: np.ndarray | None = None,
+) -> np.ndarray:
     """For the decoder inputs BOS + target: the source position of the next word to cover at each of them, given
     the sentence's word starts (ParseCorpus) and which ids are leaves (the words used so far are the leaves
-    already written). (len(target) + 1,), or (len(target) + 1, 2) with `last` (see pointer_targets)."""
+    already written). (len(target) + 1,), or (len(target) + 1, 2) with `last` (see pointer_targets). Given the
+    token `kinds` (model.span_pointer), one more column last: the first piece of the innermost open constituent's
+    first word (span_words), so (len(target) + 1, 2) or (len(target) + 1, 3)."""
     used = np.concatenate([[0], np.cumsum(leaves[target])])
-    return pointer_targets(starts, last=last)[np.minimum(used, len(starts) - 1)]
+    positions = pointer_targets(starts, last=last)[np.minimum(used, len(starts) - 1)]
+    if kinds is None:
+        return positions
+    span = np.asarray(starts, dtype=np.int64)[span_words(target, kinds, len(starts) - 1)]
+    return np.concatenate([positions.reshape(len(positions), -1), span[:, None]], axis=1)
 
 
 # ------------------------------------------------------------------------------------------------------------- task
@@ -484,7 +520,9 @@ class ParsingTask(SequenceTask):
         self.description = f"{len(self.corpus):,} training trees"
         # the word pointer reads the words used so far off the leaves of the target (an UNK leaf, a tag only the
         # valid file has, is not counted: that sentence's pointer then lags one word behind, in the valid loss only)
-        self.leaves = data.vocab.constraint().kinds.eq(LEAF).numpy() if config.model.word_pointer else None
+        kinds = data.vocab.constraint().kinds.numpy()
+        self.leaves = kinds == LEAF if config.model.word_pointer else None
+        self.kinds = kinds if config.model.span_pointer else None  # span_words reads every token's kind
 
     def collate_pairs(self, corpus: ParallelCorpus, indices: np.ndarray, **options) -> Batch:
         """The pairs as a Batch, with the word pointer's positions (B, T) when the model has one."""
@@ -493,9 +531,10 @@ class ParsingTask(SequenceTask):
             return batch
         assert isinstance(corpus, ParseCorpus)
         last = self.config.model.word_pointer_last
-        word_pos = torch.zeros(*batch.tgt_in.shape, *((2,) if last else ()), dtype=torch.long)
+        reads = 1 + last + (self.kinds is not None)
+        word_pos = torch.zeros(*batch.tgt_in.shape, *((reads,) if reads > 1 else ()), dtype=torch.long)
         for row, i in enumerate(indices):  # a loop over sentences, as in data.collate
-            pos = word_positions(corpus.starts[i], corpus.tgt[i], self.leaves, last=last)
+            pos = word_positions(corpus.starts[i], corpus.tgt[i], self.leaves, last=last, kinds=self.kinds)
             word_pos[row, : len(pos)] = torch.from_numpy(pos)
         return dataclasses.replace(batch, word_pos=word_pos)
 
@@ -598,6 +637,7 @@ class Parser:
         self.decode = decode or ParseDecodeConfig()
         self.constraint = vocab.constraint(self.decode.max_open_run or None)
         self.leaves = self.constraint.kinds.eq(LEAF).numpy() if model.config.word_pointer else None
+        self.kinds = self.constraint.kinds.numpy() if model.config.span_pointer else None
 
     @classmethod
     def from_run(cls, path: str | Path, *, device: str = "auto") -> Parser:
@@ -704,6 +744,7 @@ class Parser:
         constraint = self.constraint.for_sentences(
             [len(s) for s in sentences],
             [pointer_targets(s, last=last).tolist() for s in starts] if self.leaves is not None else None,
+            span=self.kinds is not None,
         )
         options: dict[str, Any] = {
             "max_len_a": d.max_len_a,
@@ -746,7 +787,8 @@ class Parser:
         word_pos = None
         if self.leaves is not None:
             last = self.model.config.word_pointer_last
-            pos = word_positions(np.asarray(starts), np.asarray(tgt_ids, dtype=np.int64), self.leaves, last=last)
+            ids = np.asarray(tgt_ids, dtype=np.int64)
+            pos = word_positions(np.asarray(starts), ids, self.leaves, last=last, kinds=self.kinds)
             word_pos = torch.from_numpy(pos).unsqueeze(0).to(self.device)
         with self.model.recording_attention():
             self.model(
