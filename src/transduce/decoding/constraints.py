@@ -215,7 +215,7 @@ class TreeConstraint:
         depth = state.depth + opens.long() - closes.long()
         stack = state.open_starts
         if self.span:  # an open pushes the word its constituent starts at: the next one to cover
-            slot = state.depth.clamp(max=stack.size(1) - 1).view(-1, 1)
+            slot = state.depth.clamp(0, stack.size(1) - 1).view(-1, 1)  # a -inf beam's row may take any token
             stack = stack.scatter(
                 1, slot, torch.where(opens.view(-1, 1), state.used.view(-1, 1), stack.gather(1, slot))
             )
