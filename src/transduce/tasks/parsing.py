@@ -531,10 +531,11 @@ class ParsingTask(SequenceTask):
             return batch
         assert isinstance(corpus, ParseCorpus)
         last = self.config.model.word_pointer_last
-        reads = 1 + last + (self.kinds is not None)
-        word_pos = torch.zeros(*batch.tgt_in.shape, *((reads,) if reads > 1 else ()), dtype=torch.long)
-        for row, i in enumerate(indices):  # a loop over sentences, as in data.collate
-            pos = word_positions(corpus.starts[i], corpus.tgt[i], self.leaves, last=last, kinds=self.kinds)
+        rows = [  # a loop over sentences, as in data.collate
+            word_positions(corpus.starts[i], corpus.tgt[i], self.leaves, last=last, kinds=self.kinds) for i in indices
+        ]
+        word_pos = torch.zeros(*batch.tgt_in.shape, *rows[0].shape[1:], dtype=torch.long)  # the reads' layout
+        for row, pos in enumerate(rows):
             word_pos[row, : len(pos)] = torch.from_numpy(pos)
         return dataclasses.replace(batch, word_pos=word_pos)
 
