@@ -10,6 +10,7 @@ from conftest import train_toy_run
 
 from transduce.config import Config, ModelConfig, read_config, save_config
 from transduce.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from transduce.decoding.mbr import mbr_rerank
 from transduce.decoding.translator import Translator
 from transduce.export import (
     CTranslate2Translator,
@@ -126,6 +127,8 @@ def test_float32_beam4_differs_from_ours_only_where_its_search_is_narrower(expor
     options = {"beam": 4, "alpha": alpha, "length_penalty": penalty, "nbest": 4}
     expected, got = ours.translate_nbest(sources, **options), theirs.translate_nbest(sources, **options)
     assert [h[0].text for h in got] == theirs.translate(sources, **{**options, "nbest": 1})
+    mbr = theirs.translate_nbest(sources, **{**options, "nbest": 2}, mbr="bleu")  # the same n best, reordered
+    assert [[h.text for h in x] for x in mbr] == [[h.text for h in mbr_rerank(x, "bleu")[:2]] for x in got]
     same = compared = 0
     for source, mine, engine in zip(sources, expected, got):
         mine_by_tokens = {tuple(h.tokens): h.score for h in mine}

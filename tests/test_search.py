@@ -217,3 +217,52 @@ def test_evaluate_and_score_print_signatures(trained_run, tmp_path):
     short.write_text("one line\n")
     bad = run_cli("score", "--hyp", str(short), "--ref", str(corpus / "test.xx"), check=False)
     assert bad.returncode == 1 and "1 lines" in bad.stderr
+
+
+@dataclass
+class Hyp:
+    text: str
+    score: float
+
+
+def test_mbr_prefers_the_consensus_over_the_most_probable():
+    from transduce.decoding.mbr import expected_utilities, mbr_rerank
+
+    hyps = [
+        Hyp("a cat sits on a red mat today", -1.0),  # most probable, unlike the rest
+        Hyp("a dog sits on the green grass", -1.2),
+        Hyp("a dog sits on the green lawn", -1.3),
+        Hyp("a big dog sits on the green grass", -1.4),
+    ]
+    for utility in ("bleu", "chrf"):
+        ranked = mbr_rerank(hyps, utility)
+        assert ranked[0] is not hyps[0] and ranked[-1] is hyps[0]
+        assert sorted(map(id, ranked)) == sorted(map(id, hyps))  # a reordering, nothing lost or made up
+    gains = expected_utilities(hyps, "bleu")
+    assert gains[1] > gains[2] > gains[0]
+    assert mbr_rerank(hyps, "none") == hyps and mbr_rerank(hyps[:1], "bleu") == hyps[:1]
+    with pytest.raises(ValueError, match="bleu, chrf"):
+        mbr_rerank(hyps, "ter")
+
+
+def test_translator_mbr_chooses_among_the_beams_hypotheses(trained_run):
+    from transduce.config import ConfigError, DecodeConfig
+    from transduce.decoding.mbr import mbr_rerank
+    from transduce.decoding.translator import Translator
+
+    run, corpus = trained_run
+    translator = Translator.from_run(run)
+    sentences = (corpus / "test.en").read_text().splitlines()[:8] + [""]
+    pool = translator.translate_nbest(sentences, beam=4, nbest=4)
+    chosen = translator.translate_nbest(sentences, beam=4, nbest=2, mbr="chrf")
+    for hyps, found in zip(chosen[:-1], pool[:-1]):
+        assert len(hyps) == 2 and [h.text for h in hyps] == [h.text for h in mbr_rerank(found, "chrf")[:2]]
+    assert chosen[-1] == []  # an empty line stays empty
+    translator.decode = DecodeConfig(beam=4, mbr="bleu")  # the run's setting is the default
+    assert translator.translate(sentences) == [
+        h[0].text if h else "" for h in translator.translate_nbest(sentences, nbest=1, mbr="bleu")
+    ]
+    with pytest.raises(ConfigError, match="decode.mbr"):
+        DecodeConfig(mbr="ter")
+    proc = run_cli("translate", str(run), "--beam", "4", "--mbr", "chrf", "--quiet", input="\n".join(sentences) + "\n")
+    assert proc.stdout.splitlines() == [h[0].text if h else "" for h in chosen]

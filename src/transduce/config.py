@@ -225,8 +225,13 @@ class DecodeConfig:
     max_len_b: int = 50
     nbest: int = 1
     batch_tokens: int = 4096
+    # Minimum Bayes risk: "bleu" or "chrf" returns, of the beam's finished hypotheses, the one with the highest
+    # expected sentence-level utility against the others (decoding/mbr.py); "none": the most probable (the paper).
+    mbr: str = "none"
 
     def __post_init__(self) -> None:
+        if self.mbr not in ("none", "bleu", "chrf"):
+            raise ConfigError(f"decode.mbr must be 'none', 'bleu' or 'chrf', got {self.mbr!r}")
         if self.beam <= 0 or self.nbest <= 0 or self.nbest > self.beam:
             raise ConfigError(f"decode.beam ({self.beam}) and decode.nbest ({self.nbest}) need 1 <= nbest <= beam")
         if self.length_penalty not in ("gnmt", "length", "none"):

@@ -44,6 +44,13 @@ def decode_options(p) -> None:
     p.add_argument("run", help="run directory, or a .safetensors weights file inside one")
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 4); 1 = greedy")
     p.add_argument("--alpha", type=float, default=None, help="length penalty alpha (default 0.6)")
+    p.add_argument(
+        "--mbr",
+        choices=["none", "bleu", "chrf"],
+        default=None,
+        help="minimum Bayes risk: of the beam's finished translations, return the one that agrees best with the "
+        "others by sentence BLEU or chrF (default: the run's decode.mbr, none)",
+    )
     p.add_argument("--batch-tokens", type=int, default=None, help="source tokens per batch")
     p.add_argument("--device", default="auto")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

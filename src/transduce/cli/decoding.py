@@ -29,6 +29,7 @@ def cmd_translate(args) -> int:
         nbest=args.nbest,
         batch_tokens=args.batch_tokens,
         length_penalty=args.length_penalty,
+        mbr=args.mbr,
         progress=progress,
     )
     for i in translator.truncated:
@@ -65,7 +66,12 @@ def cmd_evaluate(args) -> int:
     translator = Translator.from_run(args.run, device=args.device)
     start = time.perf_counter()
     hyps = translator.translate(
-        sources, beam=args.beam, alpha=args.alpha, batch_tokens=args.batch_tokens, progress=not args.quiet
+        sources,
+        beam=args.beam,
+        alpha=args.alpha,
+        mbr=args.mbr,
+        batch_tokens=args.batch_tokens,
+        progress=not args.quiet,
     )
     seconds = time.perf_counter() - start
     n_tokens = sum(len(t) for t in translator.tokenizer.encode(hyps))

@@ -14,6 +14,7 @@ from ..config import Config, DecodeConfig, read_config
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ..model import Transformer
 from ..training.checkpoint import find_weights, load_weights
+from .mbr import mbr_rerank
 from .search import beam_search, greedy_search
 
 
@@ -125,17 +126,22 @@ class Translator:
         nbest: int = 1,
         batch_tokens: int | None = None,
         length_penalty: str | None = None,
+        mbr: str | None = None,
         progress: bool = False,
     ) -> list[list[Translation]]:
+        """Per sentence, its `nbest` best translations, best first; an empty line gets an empty list. With `mbr`
+        ("bleu"/"chrf"; default the run's decode.mbr) the beam's hypotheses are reordered by expected utility."""
         d = self.decode
         beam = d.beam if beam is None else beam
         alpha = d.alpha if alpha is None else alpha
         penalty = d.length_penalty if length_penalty is None else length_penalty
         batch_tokens = d.batch_tokens if batch_tokens is None else batch_tokens
+        mbr = d.mbr if mbr is None else mbr
         if not 1 <= nbest <= beam:
             from ..config import ConfigError
 
             raise ConfigError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
+        keep, nbest = nbest, (beam if mbr != "none" else nbest)  # MBR chooses among all the beam finishes
         results: list[list[Translation]] = [[] for _ in sentences]
         todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
         sources = self.encode_sources([sentences[i] for i in todo])
@@ -155,7 +161,8 @@ class Translator:
                     hyps = beam_search(self.model, src, beam=beam, nbest=nbest, **search)
                 for j, sent_hyps in zip(batch, hyps):
                     texts = self.tokenizer.decode([h.tokens for h in sent_hyps])
-                    results[todo[j]] = [Translation(t, h.score, h.tokens) for t, h in zip(texts, sent_hyps)]
+                    found = [Translation(t, h.score, h.tokens) for t, h in zip(texts, sent_hyps)]
+                    results[todo[j]] = mbr_rerank(found, mbr)[:keep]
                 bar.update(len(batch))
         finally:
             bar.close()

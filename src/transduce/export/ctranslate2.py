@@ -59,6 +59,7 @@ from tqdm import tqdm
 
 from ..config import Config, ConfigError, DecodeConfig, ModelConfig, read_config
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from ..decoding.mbr import mbr_rerank
 from ..decoding.search import length_penalty
 from ..decoding.translator import Translation
 from ..model import Transformer
@@ -372,13 +373,17 @@ class CTranslate2Translator:
         nbest: int = 1,
         batch_tokens: int | None = None,
         length_penalty: str | None = None,
+        mbr: str | None = None,
         progress: bool = False,
     ) -> list[list[Translation]]:
-        """Per sentence, its `nbest` best translations, best first; an empty line gets an empty list."""
+        """Per sentence, its `nbest` best translations, best first; an empty line gets an empty list. `mbr` as in
+        `Translator.translate_nbest`."""
         d = self.decode
         beam = d.beam if beam is None else beam
+        mbr = d.mbr if mbr is None else mbr
         if not 1 <= nbest <= beam:
             raise ConfigError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
+        keep, nbest = nbest, (beam if mbr != "none" else nbest)
         search = _search(
             beam=beam,
             nbest=nbest,
@@ -399,7 +404,7 @@ class CTranslate2Translator:
                 members = groups[length]
                 hyps = self._decode([sources[j] for j in members], self.max_output(length), batch_tokens, search)
                 for j, sentence_hyps in zip(members, hyps):
-                    results[todo[j]] = sentence_hyps
+                    results[todo[j]] = mbr_rerank(sentence_hyps, mbr)[:keep]
                 bar.update(len(members))
         return results
 
