@@ -16,7 +16,7 @@ import json
 
 import torch
 
-from transduce.config import Config, read_config
+from transduce.config import MBR_UTILITIES, Config, read_config
 from transduce.data import read_lines, resolve_path
 from transduce.decoding.mbr import mbr_rerank
 from transduce.decoding.translator import Translator
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--ref", help="validation references (default: multi30k/val.TGT.gz)")
     parser.add_argument("--beam", type=int, action="append")
     parser.add_argument("--alpha", type=float, action="append")
-    parser.add_argument("--mbr", choices=["none", "bleu", "chrf"], action="append", help="default: none")
+    parser.add_argument("--mbr", choices=MBR_UTILITIES, action="append", help="default: none")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
     translator = Translator.from_run(args.run, device=args.device)
@@ -47,7 +47,7 @@ def main() -> None:
             found = {}
             if "none" in mbrs:  # the plain search stops once its best is safe: decoded on its own
                 found["none"] = translator.translate_nbest(sources, beam=beam, alpha=alpha, mbr="none")
-            if len(mbrs) > len(found):  # MBR waits for the beam's n best: decoded once for every utility
+            if any(m != "none" for m in mbrs):  # MBR waits for the beam's n best: decoded once for every utility
                 found["mbr"] = translator.translate_nbest(sources, beam=beam, alpha=alpha, nbest=beam, mbr="none")
             for mbr in mbrs:
                 pool = found["none" if mbr == "none" else "mbr"]

@@ -214,6 +214,9 @@ class TrainConfig:
             )
 
 
+MBR_UTILITIES = ("none", "bleu", "chrf")  # decode.mbr: off, or the sentence metric of decoding/mbr.py
+
+
 @dataclass(frozen=True, kw_only=True)
 class DecodeConfig:
     """Inference (the paper's §6.1): beam 4, GNMT length penalty alpha 0.6, max length = a * |x| + b with a=1, b=50."""
@@ -230,8 +233,8 @@ class DecodeConfig:
     mbr: str = "none"
 
     def __post_init__(self) -> None:
-        if self.mbr not in ("none", "bleu", "chrf"):
-            raise ConfigError(f"decode.mbr must be 'none', 'bleu' or 'chrf', got {self.mbr!r}")
+        if self.mbr not in MBR_UTILITIES:
+            raise ConfigError(f"decode.mbr must be one of {', '.join(MBR_UTILITIES)}, got {self.mbr!r}")
         if self.beam <= 0 or self.nbest <= 0 or self.nbest > self.beam:
             raise ConfigError(f"decode.beam ({self.beam}) and decode.nbest ({self.nbest}) need 1 <= nbest <= beam")
         if self.length_penalty not in ("gnmt", "length", "none"):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config import MBR_UTILITIES
+
 MAX_BEAM = 64  # a beam allocates beam x sentences decoder rows: bounded so a typo cannot exhaust memory
 MAX_BATCH_TOKENS = 1_000_000
 
@@ -46,7 +48,7 @@ def decode_options(p) -> None:
     p.add_argument("--alpha", type=float, default=None, help="length penalty alpha (default 0.6)")
     p.add_argument(
         "--mbr",
-        choices=["none", "bleu", "chrf"],
+        choices=MBR_UTILITIES,
         default=None,
         help="minimum Bayes risk: of the beam's finished translations, return the one that agrees best with the "
         "others by sentence BLEU or chrF (default: the run's decode.mbr, none)",

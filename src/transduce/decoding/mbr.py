@@ -4,15 +4,15 @@ Beam search returns the translation the model finds most probable; MBR returns t
 others: the hypothesis with the highest mean utility against the rest of the beam's n best, which stand in for
 samples of the model's distribution (Kumar and Byrne 2004; Eikema and Aziz 2020; Freitag et al. 2022). Utility:
 sentence-level BLEU or chrF from sacreBLEU. Each pseudo-reference counts the same: weighting them by their model
-probability drew the choice towards near-copies of the most probable hypothesis and scored lower on Multi30k
-validation (BENCHMARKS.md). Cost: n(n-1) sentence scores per input, a few milliseconds for n = 8.
+probability scored lower on Multi30k validation in every setting tried (BENCHMARKS.md). Cost: n(n-1) sentence
+scores per input.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-UTILITIES = ("none", "bleu", "chrf")
+from ..config import MBR_UTILITIES
 
 
 class _Text(Protocol):
@@ -29,7 +29,7 @@ def _sentence_metric(utility: str):
         return BLEU(effective_order=True)  # sentence BLEU: orders without matches do not zero the score
     if utility == "chrf":
         return CHRF()
-    raise ValueError(f"MBR utility must be one of {', '.join(UTILITIES[1:])}, got {utility!r}")
+    raise ValueError(f"MBR utility must be one of {', '.join(MBR_UTILITIES[1:])}, got {utility!r}")
 
 
 def expected_utilities(hypotheses: list[H], utility: str) -> list[float]:
