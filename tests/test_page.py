@@ -89,12 +89,15 @@ def test_translate_and_draw_the_attention_heatmap(chromium_browser, translator, 
     import httpx
 
     sentences = (trained_run[1] / "test.en").read_text().splitlines()[:2]
+    # What the page must show, computed before the server starts: the server runs the same model on its own thread,
+    # and a second caller racing it would overwrite the attention weights it records for the heatmap.
+    expected = [translator.translate([s])[0] for s in sentences]
     with serving(create_app(translator)) as url:
         page = open_page(chromium_browser, url)
         page.get_by_label("Text to translate").fill(sentences[0])
         page.get_by_role("button", name="Translate").click()
         page.wait_for_selector("#translations li .translation", timeout=10_000)
-        assert page.locator("#translations .translation").first.text_content() == translator.translate(sentences[:1])[0]
+        assert page.locator("#translations .translation").first.text_content() == expected[0]
 
         maps = httpx.post(url + "/v1/attention", json={"text": sentences[0]}).json()
         rows, cols = len(maps["target_pieces"]), len(maps["source_pieces"])
@@ -113,10 +116,9 @@ def test_translate_and_draw_the_attention_heatmap(chromium_browser, translator, 
         # the keyboard alone: Enter in the text box runs it
         page.get_by_label("Text to translate").fill(sentences[1])
         page.get_by_label("Text to translate").press("Enter")
-        expected = translator.translate(sentences[1:2])[0]
         page.wait_for_function(
             "text => document.querySelector('#translations .translation').textContent === text",
-            arg=expected,
+            arg=expected[1],
             timeout=10_000,
         )
         assert all(u.startswith(url) for u in page.requested), page.requested  # works offline
@@ -138,12 +140,12 @@ def test_a_classifier_page_shows_label_and_probabilities(chromium_browser, train
     from conftest import untrained_classifier
 
     classifier = untrained_classifier(trained_run[0] / "tokenizer.model", ["neg", "pos"])
+    label = classifier.predict(["a b c"])[0]  # before the server starts (see the translation page's test)
     with serving(create_app(classifier)) as url:
         page = open_page(chromium_browser, url)
         page.get_by_label("Text to classify").fill("a b c")
         page.get_by_role("button", name="Classify").click()
         page.wait_for_selector("table.probabilities", timeout=10_000)
-        label = classifier.predict(["a b c"])[0]
         assert page.locator("table.probabilities caption").text_content() == f"a b c → {label}"
         assert sorted(page.locator("table.probabilities th").all_text_contents()) == ["neg", "pos"]
         page.close()
@@ -156,6 +158,9 @@ def test_a_parsing_page_draws_the_tree(chromium_browser, tmp_path_factory, tmp_p
 
     parser = Parser.from_run(untrained_parse_run(tmp_path_factory.mktemp("parse-page")), device="cpu")
     sentence = "the old dog ( a cat ) sees every tree ."
+    # Before the server starts: a parse on this thread while the server's thread records the tree's attention would
+    # overwrite the recorded weights (the page then fails to draw a heatmap of the wrong shape).
+    expected = parser.parse([sentence])[0]
     with serving(create_app(parser)) as url:
         page = open_page(chromium_browser, url)
         assert page.locator("#input-help").text_content().startswith("One sentence per line, words separated")
@@ -167,7 +172,6 @@ def test_a_parsing_page_draws_the_tree(chromium_browser, tmp_path_factory, tmp_p
         assert svg.locator("text.tree-label.root").all_text_contents() == ["ROOT"]
         labels = svg.locator("text.tree-label").count()
         assert svg.locator("line.tree-edge").count() == labels - 1 + len(sentence.split())  # a tree: one edge per child
-        expected = parser.parse([sentence])[0]
         assert page.locator("#parse-trees code.bracketed").text_content() == expected
         page.locator("#heatmap rect.cell").first.wait_for(timeout=10_000)  # the tree's attention, drawn as well
         page.screenshot(path=str(tmp_path / "parse.png"), full_page=True)
