@@ -598,3 +598,28 @@ def test_subword_sampling_is_refused_for_parsing(tiny_run):
     _, task = tiny_run
     with pytest.raises(ConfigError, match="subword_sampling applies to translation runs, not to parsing"):
         check_setup(task, TrainConfig(subword_sampling=0.1, early_stop_metric="f1"))
+
+
+def test_untagged_targets_with_the_pointer_parse_and_score(tmp_path, treebank):
+    """data.keep_tags = false (Vinyals et al.'s XX preterminals) with the word pointer: the parser still writes one
+    tree over the words, every preterminal XX; scoring puts the gold tags back and says that predicted-tag F1 and
+    tagging accuracy do not apply; validation leaves those metrics out."""
+    config = tiny_config(*treebank)
+    config = config.replace(
+        data=dataclasses.replace(config.data, keep_tags=False),
+        model=dataclasses.replace(config.model, word_pointer=True, word_pointer_output=True, word_pointer_last=True),
+    )
+    task = prepare_run(config, tmp_path / "run")
+    torch.manual_seed(0)
+    model = task.build_model()
+    save_weights(model, tmp_path / "run" / "best.safetensors", metadata={"step": 0})
+    gold = trees.read_trees(treebank[1])
+    lines = [" ".join(trees.unescape_word(w) for w in trees.words(trees.normalize(t))) for t in gold]
+    out, report = parse_command(tmp_path / "run", lines, gold_path=treebank[1], beam=3, device="cpu")
+    assert all(_leaves(t) == trees.words(trees.normalize(g)) for t, g in zip(out, gold))
+    tags = {tag for t in out for tag in trees.tags(trees.parse_tree(t))}
+    assert tags == {"XX"}
+    assert "F1 (gold tags put back)" in report and "no predicted-tag F1" in report
+    assert "F1 (predicted tags)" not in report
+    result = task.validate(model, torch.device("cpu"))
+    assert "valid_f1" in result and "valid_f1_tagged" not in result and "valid_tag_accuracy" not in result
