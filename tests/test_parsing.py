@@ -189,10 +189,15 @@ def test_batched_parses_equal_one_at_a_time(tiny_run):
     assert together == alone
 
 
+def _sentences(gold: list) -> list[str]:
+    """The input lines of gold trees: their words, unescaped, separated by spaces."""
+    return [" ".join(trees.unescape_word(w) for w in trees.words(trees.normalize(t))) for t in gold]
+
+
 def test_parse_command_with_gold_reports_evalb_scores(tiny_run, treebank):
     run, _ = tiny_run
     gold = trees.read_trees(treebank[1])
-    lines = [" ".join(trees.unescape_word(w) for w in trees.words(trees.normalize(t))) for t in gold]
+    lines = _sentences(gold)
     out, report = parse_command(run, lines, gold_path=treebank[1], beam=1, device="cpu")
     assert len(out) == len(gold) and all(_leaves(t) == trees.words(trees.normalize(g)) for t, g in zip(out, gold))
     for expected in (
@@ -614,7 +619,7 @@ def test_untagged_targets_with_the_pointer_parse_and_score(tmp_path, treebank):
     model = task.build_model()
     save_weights(model, tmp_path / "run" / "best.safetensors", metadata={"step": 0})
     gold = trees.read_trees(treebank[1])
-    lines = [" ".join(trees.unescape_word(w) for w in trees.words(trees.normalize(t))) for t in gold]
+    lines = _sentences(gold)
     out, report = parse_command(tmp_path / "run", lines, gold_path=treebank[1], beam=3, device="cpu")
     assert all(_leaves(t) == trees.words(trees.normalize(g)) for t, g in zip(out, gold))
     tags = {tag for t in out for tag in trees.tags(trees.parse_tree(t))}
