@@ -7,11 +7,14 @@ little. Here both variants live in one process, start from the same weights, and
     .venv/bin/python benchmarks/train_step_ab.py dropout   [--steps 16] [--max-tokens 4500]
     .venv/bin/python benchmarks/train_step_ab.py workspace
     .venv/bin/python benchmarks/train_step_ab.py malloc
+    .venv/bin/python benchmarks/train_step_ab.py bf16
 
 dropout:   A uses torch.nn.functional.dropout; B transduce's Dropout (four mask bits per 64-bit random draw).
 workspace: A projects to the vocabulary into a fresh (N, V) tensor; B into the logits workspace kept across steps.
 malloc:    A sets glibc's mmap and trim thresholds to their starting values (128 KB), B calls train.keep_freed_memory();
            one model, the setting switched before each timed batch (plus one untimed batch to settle).
+bf16:      A computes in float32; B under torch.autocast("cpu", bfloat16), as `train.precision = "bf16"` does
+           (worth it only on a CPU with native bfloat16 arithmetic: AVX512_BF16 or AMX).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("feature", choices=["dropout", "workspace", "malloc"])
+    parser.add_argument("feature", choices=["dropout", "workspace", "malloc", "bf16"])
     parser.add_argument("--steps", type=int, default=16, help="batches timed per variant")
     parser.add_argument("--max-tokens", type=int, default=4500)
     args = parser.parse_args()
@@ -94,7 +97,9 @@ def main() -> None:
 
     def train_step(model, optimizer, indices) -> None:
         batch = task.collate(indices)
-        loss, _ = task.loss(model, batch, contextlib.nullcontext)
+        bf16 = args.feature == "bf16" and model is variants[1][1]
+        autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+        loss, _ = task.loss(model, batch, autocast)
         (loss / batch.n_tokens).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -33,8 +33,9 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, action="append")
     parser.add_argument("--mbr", choices=MBR_UTILITIES, action="append", help="default: none")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--ensemble", nargs="+", default=[], metavar="RUN", help="decode RUN with these as one")
     args = parser.parse_args()
-    translator = Translator.from_run(args.run, device=args.device)
+    translator = Translator.from_runs([args.run, *args.ensemble], device=args.device)
     run_dir, _ = find_weights(args.run)
     data = read_config(run_dir / "config.json", Config).data  # the run's languages
     src = args.src or f"multi30k/val.{data.src}.gz"

@@ -176,12 +176,17 @@ class TrainConfig:
     compile: bool = False
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     cpu_speed: bool = True  # on CPU, apply model/cpu_speed.py (faster dropout masks, logits workspace, malloc)
+    # "auto": bf16 autocast on CUDA, float32 on CPU; "bf16": also on CPU (only where the CPU has native bfloat16
+    # arithmetic, AVX512_BF16 or AMX: 2.7x the step speed on one such CPU, BENCHMARKS.md); "fp32": never autocast
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         if self.lr_schedule not in ("noam", "inverse_sqrt", "constant", "linear"):
             raise ConfigError(
                 f"train.lr_schedule must be 'noam', 'inverse_sqrt', 'constant' or 'linear', got {self.lr_schedule!r}"
             )
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ConfigError(f"train.precision must be 'auto', 'fp32' or 'bf16', got {self.precision!r}")
         if self.early_stop_metric not in ("loss", "bleu", "accuracy", "f1"):
             raise ConfigError(
                 f"train.early_stop_metric must be 'loss', 'bleu', 'accuracy' or 'f1', got {self.early_stop_metric!r}"

@@ -44,6 +44,14 @@ def sacrebleu_tokenizers() -> list[str]:
 def decode_options(p) -> None:
     """The arguments translate and evaluate share."""
     p.add_argument("run", help="run directory, or a .safetensors weights file inside one")
+    p.add_argument(
+        "--ensemble",
+        nargs="+",
+        default=[],
+        metavar="RUN",
+        help="decode RUN together with these runs (or weights files): the mean of their next-token distributions "
+        "at every step; they must share RUN's tokenizer and languages",
+    )
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 4); 1 = greedy")
     p.add_argument("--alpha", type=float, default=None, help="length penalty alpha (default 0.6)")
     p.add_argument(

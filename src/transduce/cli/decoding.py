@@ -16,10 +16,14 @@ def cmd_translate(args) -> int:
     lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
     translator: Translator | CTranslate2Translator
     if args.engine == "ctranslate2":
+        if args.ensemble:
+            from ..config import ConfigError
+
+            raise ConfigError("--ensemble decodes with --engine torch only")
         translator = CTranslate2Translator.from_run(args.run, device=args.device)
         max_len = translator.max_len
     else:
-        translator = Translator.from_run(args.run, device=args.device)
+        translator = Translator.from_runs([args.run, *args.ensemble], device=args.device)
         max_len = translator.model.config.max_len
     progress = not sys.stdout.isatty() and not args.quiet
     results = translator.translate_nbest(
@@ -63,7 +67,7 @@ def cmd_evaluate(args) -> int:
         raise DataError(f"{src} has {len(sources)} lines but {ref} has {len(references)}")
     if args.output:
         refuse_existing_file(args.output, "translations")
-    translator = Translator.from_run(args.run, device=args.device)
+    translator = Translator.from_runs([args.run, *args.ensemble], device=args.device)
     start = time.perf_counter()
     hyps = translator.translate(
         sources,

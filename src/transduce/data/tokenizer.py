@@ -52,6 +52,17 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.sp.get_piece_size()
 
+    def signature(self) -> tuple:
+        """What decides how text becomes ids: the settings and every piece with its score and kind. Two runs
+        prepared alike have equal signatures although their model files differ (the file records where it was
+        trained)."""
+        sp = self.sp
+        kinds = (sp.is_control, sp.is_unknown, sp.is_unused, sp.is_byte)
+        pieces = tuple(
+            (sp.id_to_piece(i), sp.get_score(i), tuple(k(i) for k in kinds)) for i in range(sp.get_piece_size())
+        )
+        return tuple(sorted(self.meta.items())), pieces
+
     def normalize(self, text: str) -> str:
         return text.lower() if self.lowercase else text
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tqdm import tqdm
@@ -14,6 +14,7 @@ from ..config import Config, DecodeConfig, read_config
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ..model import Transformer
 from ..training.checkpoint import find_weights, load_weights
+from .ensemble import Ensemble
 from .mbr import mbr_rerank
 from .search import beam_search, greedy_search
 
@@ -39,6 +40,11 @@ def pick_device(name: str = "auto") -> torch.device:
     return device
 
 
+def _languages(run_dir: Path) -> tuple[str, str]:
+    data = read_config(run_dir / "config.json", Config).data
+    return data.src, data.tgt
+
+
 @dataclass
 class AttentionMaps:
     """Attention weights of one sentence pair, per layer: tensors (layers, heads, queries, keys).
@@ -61,7 +67,9 @@ class Translation:
 
 
 class Translator:
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, *, decode: DecodeConfig | None = None) -> None:
+    def __init__(
+        self, model: Transformer | Ensemble, tokenizer: Tokenizer, *, decode: DecodeConfig | None = None
+    ) -> None:
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, the model {model.config.vocab_size}")
         self.model, self.tokenizer = model, tokenizer
@@ -77,6 +85,30 @@ class Translator:
         load_weights(model, weights)
         model.to(pick_device(device)).eval()
         return cls(model, Tokenizer(run_dir / "tokenizer.model"), decode=config.decode)
+
+    @classmethod
+    def from_runs(cls, paths: list[str | Path], *, device: str = "auto") -> Translator:
+        """One run (from_run), or an ensemble of several (decoding/ensemble.py): the first run gives the decoding
+        settings and the tokenizer; every other run must have the same tokenizer file and languages."""
+        from ..config import ConfigError
+
+        if len(paths) == 1:
+            return cls.from_run(paths[0], device=device)
+        first = cls.from_run(paths[0], device=device)
+        run_dir, _ = find_weights(paths[0])
+        signature, languages = first.tokenizer.signature(), _languages(run_dir)
+        members: list[Transformer] = [cast(Transformer, first.model)]
+        for path in paths[1:]:
+            other_dir, _ = find_weights(path)
+            if Tokenizer(other_dir / "tokenizer.model").signature() != signature:
+                raise ConfigError(
+                    f"{path}: its tokenizer differs from that of {paths[0]}; an ensemble's models must share one "
+                    "vocabulary (train them on the same data with the same data settings)"
+                )
+            if _languages(other_dir) != languages:
+                raise ConfigError(f"{path}: translates {_languages(other_dir)}, not {languages} like {paths[0]}")
+            members.append(cast(Transformer, cls.from_run(path, device=device).model))
+        return cls(Ensemble(members), first.tokenizer, decode=first.decode)
 
     @property
     def device(self) -> torch.device:
@@ -179,6 +211,10 @@ class Translator:
 
         A teacher-forced forward pass over the translation gives exactly the weights seen while decoding it.
         """
+        if isinstance(self.model, Ensemble):
+            from ..config import ConfigError
+
+            raise ConfigError("attention maps are drawn for one model, not an ensemble")
         if target is None:
             target = self.translate([source])[0]
         src_ids = self.encode_sources([source])[0]

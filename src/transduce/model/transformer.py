@@ -130,7 +130,15 @@ class MultiHeadAttention(nn.Module):
             out = self.weights @ v  # (B, H, Lq, K)
         else:
             p = self.dropout if self.training else 0.0
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
+            if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+                # CPU bfloat16 training (train.precision): torch's bfloat16 attention kernels on CPU are slower
+                # than its float32 ones (forward + backward 2x at Multi30k shapes), so Eq. 1 itself runs in float32
+                with torch.autocast("cpu", enabled=False):
+                    out = F.scaled_dot_product_attention(
+                        q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=p, is_causal=causal
+                    )
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
         batch, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_k)  # (B, Lq, D)
         return self.out_proj(out)

@@ -49,6 +49,7 @@ def train(config: Any, run_dir: str | Path, *, quiet: bool = False) -> dict:
     run_dir = Path(run_dir)
     task_cls = task_class_of(config)
     ranks, device = setup_distributed(config.train.device)
+    check_precision(config.train, device)
     with open_run(run_dir, ranks, task_cls.name):
         runlog = RunLog(run_dir, ranks.main, quiet)
         task = task_cls.prepare(
@@ -480,8 +481,18 @@ def _restore(run_dir: Path, model, optimizer, ranks: Ranks, tc: TrainConfig, run
     return state
 
 
+def check_precision(tc: TrainConfig, device: torch.device) -> None:
+    """Refuse bf16 on a CPU without native bfloat16 arithmetic, where it would run many times slower than float32."""
+    if tc.precision == "bf16" and device.type == "cpu" and not cpu_speed.native_bf16():
+        raise ConfigError(
+            "train.precision = 'bf16' on CPU needs native bfloat16 arithmetic (the avx512_bf16 or amx_bf16 CPU "
+            "flag), which this CPU lacks: bfloat16 would run far slower than float32 here; use 'fp32' or 'auto'"
+        )
+
+
 def _wrap(model: torch.nn.Module, tc: TrainConfig, ranks: Ranks, device: torch.device):
-    """DDP over ranks, torch.compile when asked, TF32 and bf16 autocast on CUDA (fp32 on CPU)."""
+    """DDP over ranks, torch.compile when asked, TF32 on CUDA, and the autocast of train.precision: bf16 on CUDA
+    unless 'fp32', bf16 on CPU only when asked ('bf16')."""
     net: torch.nn.Module = model
     if ranks.world_size > 1:
         net = torch.nn.parallel.DistributedDataParallel(
@@ -492,7 +503,10 @@ def _wrap(model: torch.nn.Module, tc: TrainConfig, ranks: Ranks, device: torch.d
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        return net, lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+        if tc.precision != "fp32":
+            return net, lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    elif device.type == "cpu" and tc.precision == "bf16":
+        return net, lambda: torch.autocast("cpu", dtype=torch.bfloat16)
     return net, contextlib.nullcontext
 
 

@@ -1,0 +1,156 @@
+"""train.precision: bfloat16 autocast on CPU (the loss, the logits workspace and attention in that mode), and its
+refusal on a CPU without native bfloat16 arithmetic. The arithmetic is checked against float32 on any CPU (torch
+emulates bfloat16 where the CPU lacks it: slow, but these models are tiny)."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from conftest import tiny_recipe
+from test_parsing import tiny_config, write_treebank
+
+from transduce import ModelConfig, Transformer
+from transduce.config import ConfigError, TrainConfig, load_config
+from transduce.model import cpu_speed
+from transduce.training.loop import train
+from transduce.training.loss import label_smoothed_nll
+
+
+def bf16_autocast():
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_bf16_logits_give_the_float32_loss_and_gradient(eps):
+    """The narrow path (bfloat16 logits handed over on CPU, chunked by rows) against the float32 one on the same
+    (bfloat16-representable) logits: the sums are float32, only the stored exponentials and gradient are rounded."""
+    torch.manual_seed(0)
+    n, vocab = 3000, 1500  # 2 row chunks of 2,796 rows: the chunk boundary is crossed
+    logits = (torch.randn(n, vocab) * 4).bfloat16()
+    target = torch.randint(1, vocab, (n,))
+    target[::7] = 0  # padding
+    wide = logits.float().requires_grad_()
+    loss32, nll32 = label_smoothed_nll(wide, target, eps=eps, pad_id=0, reuse_logits=True)
+    loss32.backward()
+    narrow = logits.clone().requires_grad_()
+    loss16, nll16 = label_smoothed_nll(narrow, target, eps=eps, pad_id=0, reuse_logits=True)
+    loss16.backward()
+    assert loss16.dtype == nll16.dtype == torch.float32
+    assert torch.allclose(loss16, loss32, rtol=1e-5) and torch.allclose(nll16, nll32, rtol=1e-5)
+    assert narrow.grad.dtype == torch.bfloat16
+    assert torch.allclose(narrow.grad.float(), wide.grad, atol=2e-3, rtol=2e-2)
+    assert narrow.grad[target.eq(0)].abs().max() == 0  # padding rows get no gradient
+    expected = torch.nn.functional.cross_entropy(
+        logits.float(), target, ignore_index=0, reduction="sum", label_smoothing=eps
+    )
+    assert torch.allclose(loss16, expected, rtol=1e-5)
+
+
+def test_the_logits_workspace_runs_in_bf16_under_cpu_autocast():
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_layers=2, dropout=0.0)
+    plain, spaced = Transformer(config), Transformer(config)
+    spaced.load_state_dict(plain.state_dict())
+    cpu_speed.apply(spaced, workspace_rows=50)
+    src, tgt = torch.randint(4, 40, (3, 7)), torch.randint(4, 40, (3, 6))
+    target = torch.randint(4, 40, (18,))
+    grads = []
+    for model in (plain, spaced):
+        with bf16_autocast():
+            logits = model(src, tgt, torch.arange(18))  # the real target positions: (18, V) logits
+        assert logits.dtype == torch.bfloat16
+        loss, _ = label_smoothed_nll(logits, target, eps=0.1, pad_id=0, reuse_logits=True)
+        loss.backward()
+        grads.append([p.grad for p in model.parameters()])
+    assert spaced.output.workspace is not None and spaced.output.workspace.dtype == torch.bfloat16
+    for a, b in zip(*grads):
+        assert b.dtype == torch.float32  # master weights and their gradients stay float32
+        assert torch.allclose(a, b, atol=5e-3, rtol=5e-2)
+
+
+def test_a_bf16_step_is_close_to_a_float32_step():
+    """One forward and backward of a small model: loss within 1%, every gradient pointing the same way (cosine)."""
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=200, d_model=64, d_ff=128, n_heads=4, n_layers=2, dropout=0.0)
+    model = cpu_speed.apply(Transformer(config), workspace_rows=400).train()
+    src, tgt = torch.randint(4, 200, (16, 12)), torch.randint(4, 200, (16, 10))
+    target = torch.randint(4, 200, (160,))
+    results = []
+    for autocast in (None, bf16_autocast):
+        model.zero_grad()
+        if autocast is None:
+            logits = model(src, tgt, torch.arange(160))
+        else:
+            with autocast():
+                logits = model(src, tgt, torch.arange(160))
+        loss, _ = label_smoothed_nll(logits, target, eps=0.1, pad_id=0, reuse_logits=True)
+        loss.backward()
+        results.append((loss.item(), torch.cat([p.grad.flatten() for p in model.parameters()])))
+    (loss32, grad32), (loss16, grad16) = results
+    assert abs(loss16 - loss32) < 0.01 * loss32
+    assert torch.nn.functional.cosine_similarity(grad16, grad32, dim=0) > 0.99
+
+
+def test_precision_values_are_checked():
+    with pytest.raises(ConfigError, match="train.precision must be"):
+        TrainConfig(precision="fp16")
+
+
+def test_native_bf16_reads_the_cpu_flags(tmp_path):
+    with_flag, without = tmp_path / "with", tmp_path / "without"
+    with_flag.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 avx512_vnni\n")
+    without.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 fma\n")
+    assert cpu_speed.native_bf16(str(with_flag)) and not cpu_speed.native_bf16(str(without))
+    assert not cpu_speed.native_bf16(str(tmp_path / "missing"))
+
+
+def test_bf16_on_a_cpu_without_native_bfloat16_is_refused_before_anything_is_written(tmp_path, toy_corpus, monkeypatch):
+    monkeypatch.setattr(cpu_speed, "native_bf16", lambda: False)
+    config = load_config(tiny_recipe(tmp_path / "r.toml", toy_corpus), ["train.precision=bf16", "train.device=cpu"])
+    with pytest.raises(ConfigError, match="native bfloat16"):
+        train(config, tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture
+def native(monkeypatch):
+    """Let bf16 run here whatever the CPU: torch emulates bfloat16 where it must (correct, only slower)."""
+    monkeypatch.setattr(cpu_speed, "native_bf16", lambda: True)
+
+
+def _train_records(run) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def test_translation_trains_in_bf16_and_saves_float32_weights(tmp_path, toy_corpus, native):
+    from safetensors.torch import load_file
+
+    from transduce.decoding.translator import Translator
+
+    config = load_config(
+        tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=60, save_every=60),
+        ["train.precision=bf16", "train.device=cpu"],
+    )
+    train(config, tmp_path / "run", quiet=True)
+    losses = [r["loss"] for r in _train_records(tmp_path / "run") if r["kind"] == "train"]
+    assert losses[-1] < 0.8 * losses[0]  # it learns
+    weights = load_file(tmp_path / "run" / "best.safetensors")
+    assert {t.dtype for t in weights.values()} == {torch.float32}
+    out = Translator.from_run(tmp_path / "run", device="cpu").translate(["a b c"], beam=2)
+    assert len(out) == 1 and isinstance(out[0], str)
+
+
+def test_parsing_with_every_pointer_trains_in_bf16_and_parses(tmp_path, native):
+    from transduce.tasks.parsing import Parser
+
+    train_trees, dev = write_treebank(tmp_path / "train.trees", 300, 0), write_treebank(tmp_path / "dev.trees", 30, 1)
+    config = tiny_config(train_trees, dev, max_steps=40, valid_every=40, save_every=40, precision="bf16")
+    model = dataclasses.replace(
+        config.model, word_pointer=True, word_pointer_output=True, word_pointer_last=True, span_pointer=True
+    )
+    train(config.replace(model=model), tmp_path / "run", quiet=True)
+    records = _train_records(tmp_path / "run")
+    assert any("valid_f1" in r for r in records)
+    out = Parser.from_run(tmp_path / "run", device="cpu").parse(["the dog sees a cat ."])
+    assert out[0].startswith("(ROOT") and out[0].count("(") == out[0].count(")")
