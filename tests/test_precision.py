@@ -67,6 +67,18 @@ def test_the_logits_workspace_runs_in_bf16_under_cpu_autocast():
     for a, b in zip(*grads):
         assert b.dtype == torch.float32  # master weights and their gradients stay float32
         assert torch.allclose(a, b, atol=5e-3, rtol=5e-2)
+    wide = cpu_speed.apply(Transformer(config), workspace_rows=50, float32_logits=True)  # train.fp32_logits
+    wide.load_state_dict(plain.state_dict())
+    with bf16_autocast():
+        logits = wide(src, tgt, torch.arange(18))
+    assert logits.dtype == torch.float32 and wide.output.workspace.dtype == torch.float32
+    loss, _ = label_smoothed_nll(logits, target, eps=0.1, pad_id=0, reuse_logits=True)
+    loss.backward()
+    plain.zero_grad()
+    label_smoothed_nll(plain(src, tgt, torch.arange(18)), target, eps=0.1, pad_id=0)[0].backward()  # float32
+    a, b = wide.output.weight.grad.flatten(), plain.output.weight.grad.flatten()
+    cosine = torch.nn.functional.cosine_similarity(a, b, dim=0)
+    assert cosine > 0.99
 
 
 def test_a_bf16_step_is_close_to_a_float32_step():
@@ -154,3 +166,25 @@ def test_parsing_with_every_pointer_trains_in_bf16_and_parses(tmp_path, native):
     assert any("valid_f1" in r for r in records)
     out = Parser.from_run(tmp_path / "run", device="cpu").parse(["the dog sees a cat ."])
     assert out[0].startswith("(ROOT") and out[0].count("(") == out[0].count(")")
+
+
+def test_the_classifier_trains_in_bf16(tmp_path, native):
+    from test_classify import recipe, toy_rows, write_tsv
+
+    from transduce.tasks.classification import ClassifierRunConfig
+
+    train_tsv = write_tsv(tmp_path / "train.tsv", toy_rows(600, 0))
+    config = load_config(recipe(tmp_path, train_tsv, epochs=4), ["train.precision=bf16"], cls=ClassifierRunConfig)
+    train(config, tmp_path / "run", quiet=True)
+    valid = [r for r in _train_records(tmp_path / "run") if r["kind"] == "valid"]
+    assert len(valid) == 4 and valid[-1]["valid_accuracy"] >= 0.8
+
+
+def test_a_model_cast_to_bf16_still_decodes_on_cpu():
+    """Outside autocast, a bfloat16 model: attention's float32 detour hands back bfloat16."""
+    from transduce.decoding.search import beam_search
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_layers=1)).bfloat16().eval()
+    hyps = beam_search(model, torch.tensor([[5, 6, 7, 3]]), beam=2, max_len_b=5)
+    assert len(hyps) == 1 and hyps[0] and all(0 <= t < 40 for t in hyps[0][0].tokens)

@@ -13,13 +13,13 @@ def cmd_translate(args) -> int:
     from ..export.ctranslate2 import CTranslate2Translator  # does not import ctranslate2 until used
 
     check_decoding(args)
+    if args.engine == "ctranslate2" and args.ensemble:
+        from ..config import ConfigError
+
+        raise ConfigError("--ensemble decodes with --engine torch only")
     lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
     translator: Translator | CTranslate2Translator
     if args.engine == "ctranslate2":
-        if args.ensemble:
-            from ..config import ConfigError
-
-            raise ConfigError("--ensemble decodes with --engine torch only")
         translator = CTranslate2Translator.from_run(args.run, device=args.device)
         max_len = translator.max_len
     else:

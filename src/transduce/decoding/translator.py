@@ -89,7 +89,8 @@ class Translator:
     @classmethod
     def from_runs(cls, paths: list[str | Path], *, device: str = "auto") -> Translator:
         """One run (from_run), or an ensemble of several (decoding/ensemble.py): the first run gives the decoding
-        settings and the tokenizer; every other run must have the same tokenizer file and languages."""
+        settings and the tokenizer; every other run must have the same vocabulary (Tokenizer.signature: pieces,
+        scores and tokenizer settings) and languages."""
         from ..config import ConfigError
 
         if len(paths) == 1:

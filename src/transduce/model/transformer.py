@@ -136,7 +136,7 @@ class MultiHeadAttention(nn.Module):
                 with torch.autocast("cpu", enabled=False):
                     out = F.scaled_dot_product_attention(
                         q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=p, is_causal=causal
-                    )
+                    ).to(q.dtype)  # a model cast to bfloat16 (no autocast) keeps its dtype
             else:
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
         batch, _, length, _ = out.shape

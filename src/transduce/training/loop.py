@@ -243,7 +243,7 @@ class Session:
         torch.manual_seed(tc.seed)
         model = task.build_model().to(device)
         if device.type == "cpu" and tc.cpu_speed:
-            cpu_speed.apply(model, workspace_rows=tc.max_tokens)
+            cpu_speed.apply(model, workspace_rows=tc.max_tokens, float32_logits=tc.fp32_logits)
         if ranks.rank:
             torch.manual_seed(rank_seed(tc.seed, ranks.rank, 0))  # each rank its own dropout masks
         optimizer = build_optimizer(model, tc)
@@ -491,8 +491,8 @@ def check_precision(tc: TrainConfig, device: torch.device) -> None:
 
 
 def _wrap(model: torch.nn.Module, tc: TrainConfig, ranks: Ranks, device: torch.device):
-    """DDP over ranks, torch.compile when asked, TF32 on CUDA, and the autocast of train.precision: bf16 on CUDA
-    unless 'fp32', bf16 on CPU only when asked ('bf16')."""
+    """DDP over ranks, torch.compile when asked, and train.precision: on CUDA bf16 autocast with TF32 unless
+    'fp32' (then full float32), on CPU bf16 autocast only when asked ('bf16')."""
     net: torch.nn.Module = model
     if ranks.world_size > 1:
         net = torch.nn.parallel.DistributedDataParallel(
@@ -500,11 +500,10 @@ def _wrap(model: torch.nn.Module, tc: TrainConfig, ranks: Ranks, device: torch.d
         )
     if tc.compile:
         net = torch.compile(net, dynamic=True)  # type: ignore[assignment]  # batch shapes change every step
-    if device.type == "cuda":
+    if device.type == "cuda" and tc.precision != "fp32":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        if tc.precision != "fp32":
-            return net, lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+        return net, lambda: torch.autocast("cuda", dtype=torch.bfloat16)
     elif device.type == "cpu" and tc.precision == "bf16":
         return net, lambda: torch.autocast("cpu", dtype=torch.bfloat16)
     return net, contextlib.nullcontext
