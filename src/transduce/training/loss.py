@@ -26,7 +26,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     def forward(ctx, logits: Tensor, target: Tensor, weight: Tensor, eps: float, reuse_logits: bool):
         n = logits.size(0)
         ctx.eps, ctx.reuse_logits = eps, reuse_logits
-        if logits.dtype != torch.float32:  # bfloat16 logits handed over (CPU autocast)
+        if logits.dtype == torch.bfloat16:  # bfloat16 logits handed over (CPU autocast)
             return _forward_narrow(ctx, logits.detach(), target, weight, eps)
         z_target = logits.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
         z_mean = logits.mean(dim=-1) if eps else None
@@ -61,7 +61,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         logits, target, weight, lse, total = ctx.saved_tensors
         eps, vocab = ctx.eps, logits.size(1)
         scale = weight * grad_loss  # (N,)
-        if logits.dtype != torch.float32:
+        if logits.dtype == torch.bfloat16:
             return _backward_narrow(logits, target, scale, total, eps), None, None, None, None
         # grad = scale * (softmax(z) - eps / V) - scale * (1 - eps) * onehot(target), written in place
         if ctx.reuse_logits:  # the logits now hold exp(z - row max): softmax is that over the row's total
