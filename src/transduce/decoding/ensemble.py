@@ -44,13 +44,10 @@ class Ensemble(nn.Module):
         if len(members) < 2:
             raise ValueError("an ensemble needs at least two models")
         first = members[0].config
-        for m in members[1:]:
-            c = m.config
+        for c in (m.config for m in members[1:]):
             if (c.vocab_size, c.pad_id) != (first.vocab_size, first.pad_id):
                 raise ValueError(f"ensemble members differ in vocabulary: {c.vocab_size} and {first.vocab_size} pieces")
-            if m.pointer_reads():
-                raise ValueError("ensembles decode translation models (no word pointer)")
-        if members[0].pointer_reads():
+        if any(m.pointer_reads() for m in members):
             raise ValueError("ensembles decode translation models (no word pointer)")
         self.members = nn.ModuleList(members)
         # positions: the shortest member's limit bounds the ensemble's

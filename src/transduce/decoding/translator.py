@@ -40,7 +40,9 @@ def pick_device(name: str = "auto") -> torch.device:
     return device
 
 
-def _languages(run_dir: Path) -> tuple[str, str]:
+def _languages(path: str | Path) -> tuple[str, str]:
+    """(source, target) language of a run directory or a weights file in one."""
+    run_dir, _ = find_weights(path)
     data = read_config(run_dir / "config.json", Config).data
     return data.src, data.tgt
 
@@ -96,19 +98,18 @@ class Translator:
         if len(paths) == 1:
             return cls.from_run(paths[0], device=device)
         first = cls.from_run(paths[0], device=device)
-        run_dir, _ = find_weights(paths[0])
-        signature, languages = first.tokenizer.signature(), _languages(run_dir)
+        signature, languages = first.tokenizer.signature(), _languages(paths[0])
         members: list[Transformer] = [cast(Transformer, first.model)]
         for path in paths[1:]:
-            other_dir, _ = find_weights(path)
-            if Tokenizer(other_dir / "tokenizer.model").signature() != signature:
+            other = cls.from_run(path, device=device)
+            if other.tokenizer.signature() != signature:
                 raise ConfigError(
                     f"{path}: its tokenizer differs from that of {paths[0]}; an ensemble's models must share one "
                     "vocabulary (train them on the same data with the same data settings)"
                 )
-            if _languages(other_dir) != languages:
-                raise ConfigError(f"{path}: translates {_languages(other_dir)}, not {languages} like {paths[0]}")
-            members.append(cast(Transformer, cls.from_run(path, device=device).model))
+            if _languages(path) != languages:
+                raise ConfigError(f"{path}: translates {_languages(path)}, not {languages} like {paths[0]}")
+            members.append(cast(Transformer, other.model))
         return cls(Ensemble(members), first.tokenizer, decode=first.decode)
 
     @property

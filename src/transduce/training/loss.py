@@ -48,13 +48,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
                 block = torch.sub(chunk, row_max, out=scratch[: chunk.size(0)])
             total[start : start + rows] = block.exp_().sum(dim=1)
             top[start : start + rows] = row_max.squeeze(1)
-        lse = total.log().add_(top)
-        nll = lse - z_target
-        loss = nll if z_mean is None else (1.0 - eps) * nll + eps * (lse - z_mean)  # z_mean is None iff eps == 0
-        ctx.save_for_backward(logits, target, weight, lse, total)
-        nll_sum = (nll * weight).sum()
-        ctx.mark_non_differentiable(nll_sum)
-        return (loss * weight).sum(), nll_sum
+        return _sums(ctx, logits, target, weight, eps, z_target, z_mean, top, total)
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
@@ -79,6 +73,17 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None, None, None
 
 
+def _sums(ctx, logits, target, weight, eps: float, z_target, z_mean, top, total) -> tuple[Tensor, Tensor]:
+    """Both forwards' end: lse = log(total) + row max, the weighted (loss, nll) sums; saves what backward reads."""
+    lse = total.log().add_(top)
+    nll = lse - z_target
+    loss = nll if z_mean is None else (1.0 - eps) * nll + eps * (lse - z_mean)  # z_mean is None iff eps == 0
+    ctx.save_for_backward(logits, target, weight, lse, total)
+    nll_sum = (nll * weight).sum()
+    ctx.mark_non_differentiable(nll_sum)
+    return (loss * weight).sum(), nll_sum
+
+
 # bfloat16 logits (train.precision = "bf16" on CPU, where the loop hands them over): the same arithmetic, each row
 # chunk copied into one float32 block, reduced there, and its exponentials (forward) or gradient (backward) stored
 # back rounded to bfloat16. Every reduction runs on float32 (torch's CPU reductions over bfloat16 are ~8x slower
@@ -98,13 +103,7 @@ def _forward_narrow(ctx, logits: Tensor, target: Tensor, weight: Tensor, eps: fl
         total[start : start + rows] = wide.sub_(row_max).exp_().sum(dim=1)
         top[start : start + rows] = row_max.squeeze(1)
         chunk.copy_(wide)
-    lse = total.log().add_(top)
-    nll = lse - z_target
-    loss = (1.0 - eps) * nll + eps * (lse - z_mean) if eps else nll
-    ctx.save_for_backward(logits, target, weight, lse, total)
-    nll_sum = (nll * weight).sum()
-    ctx.mark_non_differentiable(nll_sum)
-    return (loss * weight).sum(), nll_sum
+    return _sums(ctx, logits, target, weight, eps, z_target, z_mean if eps else None, top, total)
 
 
 def _backward_narrow(logits: Tensor, target: Tensor, scale: Tensor, total: Tensor, eps: float) -> Tensor:
