@@ -122,6 +122,7 @@ def test_every_greedy_output_is_a_tree(seed):
         check_tree(hyp.tokens, n)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_constrained_beam_on_cuda():
     lengths = [3, 6]

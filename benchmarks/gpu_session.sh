@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (issues 16 and 17): the CUDA checks against the CPU path (`pytest -m cuda`) and,
+# beside them, benchmarks/gpu_sweep.py with the arguments given here (many Multi30k runs side by side).
+#   TRANSDUCE_DATA=... OUT=... bash benchmarks/gpu_session.sh --seeds 1 2 3 --candidate recipe= ...
+# Run from the repository root with TRANSDUCE_DATA set (a copy of multi30k/) and OUT a folder for the results.
+# The calls of 2026-11-26 (BENCHMARKS.md) gave these arguments:
+#   1: --candidate recipe= --candidate wd=train.weight_decay=0.0001 --candidate wd3=train.weight_decay=0.0003
+#      --candidate e4d2=model.n_encoder_layers=4,model.n_decoder_layers=2 --test recipe --test-best
+#   2: the same script with --precision fp32 and the candidates named in BENCHMARKS.md
+set -u
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+OUT=${OUT:-benchmarks/out/gpu}
+W=/tmp/gpu-sweep-$(date +%s)  # a fresh folder per call: a warm machine keeps /tmp
+mkdir -p "$OUT"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
+  echo "cpus $(nproc)"; date -u
+} > "$OUT/gpu.txt" 2>&1
+nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 10 > "$OUT/util.csv" 2>&1 &
+timeout "${SWEEP_TIMEOUT:-470}" python3 benchmarks/gpu_sweep.py --out $W --parallel 12 --all train.max_minutes=5.5 "$@" \
+  > "$OUT/sweep.txt" 2>&1 &
+SWEEP=$!
+if [ -z "${SKIP_PYTEST:-}" ]; then
+  sleep 10
+  timeout 200 python3 -m pytest -m cuda -p no:cacheprovider -q -rs tests/test_cuda.py tests/test_constraints.py \
+    > "$OUT/pytest.txt" 2>&1
+  echo "pytest exit $?" >> "$OUT/pytest.txt"
+fi
+wait $SWEEP
+echo "sweep exit $?" >> "$OUT/sweep.txt"
+date -u >> "$OUT/gpu.txt"
+tar czf "$OUT/runs.tgz" -C $W --exclude='*.safetensors' --exclude=checkpoints --exclude=data .
+best=$(python3 -c "import json; print(json.load(open('$W/summary.json'))['best_on_validation'])" 2>/dev/null)
+[ -n "$best" ] && split -b 15M "$W/$best-s1/averaged.safetensors" "$OUT/best-$best-s1.part-"
+tail -25 "$OUT/sweep.txt"; tail -15 "$OUT/pytest.txt"
