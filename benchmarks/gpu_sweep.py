@@ -11,10 +11,12 @@ gets a mean over seeds. Each run is `transduce train RECIPE --set train.device=c
 train.num_threads=1 --set train.seed=S` (P: --precision, bf16 unless told) plus the candidate's settings, a process
 of its own (logs in OUT/NAME-sS.log). When a run ends its averaged weights are decoded on all of Multi30k validation
 (greedy, and beam 4 with alpha 1.0, the recipe's decoding) by benchmarks/tune_decode.py. `--test NAME` also decodes
-test_2016_flickr for seed 1 of that candidate (a finished recipe, not a candidate being chosen). Writes
-OUT/summary.json and prints a table: per run the updates, training seconds and BLEU; per candidate the mean and
-spread over seeds. Training seconds are measured while sharing the GPU with the other runs: an upper bound on a run
-alone.
+test_2016_flickr for the first seed of that candidate (a finished recipe, not a candidate being chosen). Writes
+OUT/summary.json (after every step, so a sweep cut short still leaves one) and prints a table: per run the updates,
+training seconds and BLEU; per candidate the mean and spread over the seeds whose runs did all their updates (a run
+stopped by train.max_minutes is listed but left out of the means). Refuses an OUT that already holds one of the
+runs: `transduce train` would resume it, find it finished, and its old results would be reported again. Training
+seconds are measured while sharing the GPU with the other runs: an upper bound on a run alone.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -93,90 +96,145 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=12)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--precision", default="bf16", help="train.precision of every run (bf16 or fp32)")
-    parser.add_argument("--test", action="append", default=[], help="decode test_2016_flickr for seed 1 of NAME")
+    parser.add_argument(
+        "--test", action="append", default=[], help="decode test_2016_flickr for the first seed of NAME"
+    )
     parser.add_argument(
         "--test-best",
         action="store_true",
-        help="also decode test_2016_flickr for seed 1 of the best candidate on validation",
+        help="also decode test_2016_flickr for the first seed of the best candidate on validation",
     )
     args = parser.parse_args()
     candidates = {name: [*args.all, *sets] for name, sets in map(parse_candidate, args.candidate)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     queue = [(name, seed) for seed in args.seeds for name in candidates]
-    running: dict[tuple[str, int], tuple[str, subprocess.Popen]] = {}
-    results: dict[tuple[str, int], dict] = {}
-    t0 = time.time()
-    while queue or running:
-        while queue and len(running) < args.parallel:
-            name, seed = queue.pop(0)
-            run = args.out / f"{name}-s{seed}"
-            log = open(args.out / f"{name}-s{seed}.log", "w")
-            cmd = train_command(args.recipe, run, seed, candidates[name], args.device, args.precision)
-            running[(name, seed)] = ("train", subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
-        time.sleep(2)
-        for key, (stage, proc) in list(running.items()):
+    taken = [str(run) for name, seed in queue if (run := args.out / f"{name}-s{seed}").exists() and any(run.iterdir())]
+    if taken:  # `transduce train` would resume a finished run, do nothing, and its old results would be reported
+        raise SystemExit(f"gpu_sweep: {', '.join(taken)} already hold runs; give a new --out")
+    args.out.mkdir(parents=True, exist_ok=True)
+    sweep = Sweep(args, candidates)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` stops the sweep: its runs stop with it
+    try:
+        sweep.run(queue)
+    finally:
+        for _, proc in sweep.running.values():  # an exception here leaves no training behind
             if proc.poll() is None:
-                continue
-            name, seed = key
-            run = args.out / f"{name}-s{seed}"
-            if stage == "train":
-                info = {"candidate": name, "seed": seed, "sets": candidates[name], "rc": proc.returncode}
-                info.update(finished(run))
-                results[key] = info
-                print(f"[{time.time() - t0:6.0f} s] {name}-s{seed} trained: {info}", flush=True)
-                weights = run / "averaged.safetensors"
-                if proc.returncode == 0 and weights.exists():
-                    cmd = decode_command(weights, args.device, "--beam", "1", "--beam", "4", "--alpha", "1.0")
-                    running[key] = ("valid", subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env))
-                else:
-                    del running[key]
-            elif stage == "valid":
-                out = proc.stdout.read() if proc.stdout else ""
-                for row in rows_of(out):
-                    results[key]["valid_greedy" if row["beam"] == 1 else "valid_beam4"] = row["bleu"]
-                print(f"[{time.time() - t0:6.0f} s] {name}-s{seed} validation: {results[key]}", flush=True)
-                if name in args.test and seed == args.seeds[0]:
-                    cmd = decode_command(run / "averaged.safetensors", args.device, *TEST)
-                    running[key] = ("test", subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env))
-                else:
-                    del running[key]
-            else:
-                out = proc.stdout.read() if proc.stdout else ""
-                rows = rows_of(out)
-                results[key]["test2016_beam4"] = rows[0]["bleu"] if rows else None
-                print(f"[{time.time() - t0:6.0f} s] {name}-s{seed} test2016: {results[key]}", flush=True)
-                del running[key]
-    summary: dict[str, Any] = {"runs": list(results.values()), "candidates": {}}
-    print("\n| run | rc | updates | train s | valid greedy | valid beam 4 |\n|---|---|---|---|---|---|")
-    for r in results.values():
-        print(
-            f"| {r['candidate']}-s{r['seed']} | {r['rc']} | {r.get('updates', '-')} | {r.get('train_s', '-')} | "
-            f"{r.get('valid_greedy', '-')} | {r.get('valid_beam4', '-')} |"
-        )
-    print(
-        "\n| candidate | settings | seeds | valid beam 4 mean | spread (sd) | greedy mean |\n|---|---|---|---|---|---|"
-    )
-    for name, sets in candidates.items():
-        scores = [r["valid_beam4"] for r in results.values() if r["candidate"] == name and "valid_beam4" in r]
-        greedy = [r["valid_greedy"] for r in results.values() if r["candidate"] == name and "valid_greedy" in r]
-        if not scores:
-            print(f"| {name} | {' '.join(sets) or '(recipe)'} | 0 | - | - | - |")
-            continue
-        mean, sd = statistics.fmean(scores), statistics.stdev(scores) if len(scores) > 1 else 0.0
-        summary["candidates"][name] = {"sets": sets, "valid_beam4": scores, "mean": mean, "sd": sd}
-        print(
-            f"| {name} | {' '.join(sets) or '(recipe)'} | {len(scores)} | {mean:.2f} | {sd:.2f} | "
-            f"{statistics.fmean(greedy):.2f} |"
-        )
-    best = max(summary["candidates"], key=lambda n: summary["candidates"][n]["mean"], default=None)
-    summary["best_on_validation"] = best
-    if args.test_best and best is not None and best not in args.test:
-        chosen = results.get((best, args.seeds[0]), {})
-        if "valid_beam4" in chosen:
-            chosen["test2016_beam4"] = test_bleu(args.out / f"{best}-s{args.seeds[0]}", args.device, env)
-            print(f"best on validation: {best}; seed {args.seeds[0]} on test2016: {chosen['test2016_beam4']}")
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+                proc.terminate()
+                proc.wait()
+    sweep.report()
+
+
+class Sweep:
+    def __init__(self, args: argparse.Namespace, candidates: dict[str, list[str]]):
+        self.args, self.candidates = args, candidates
+        self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.running: dict[tuple[str, int], tuple[str, subprocess.Popen]] = {}
+        self.results: dict[tuple[str, int], dict] = {}
+        self.t0 = time.time()
+
+    def run(self, queue: list[tuple[str, int]]) -> None:
+        args = self.args
+        while queue or self.running:
+            while queue and len(self.running) < args.parallel:
+                name, seed = queue.pop(0)
+                cmd = train_command(args.recipe, self.dir(name, seed), seed, self.candidates[name], args.device,
+                                    args.precision)  # fmt: skip
+                with open(args.out / f"{name}-s{seed}.log", "w") as log:  # the child keeps its own handle
+                    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+                self.running[(name, seed)] = ("train", proc)
+            time.sleep(2)
+            for key, (stage, proc) in list(self.running.items()):
+                if proc.poll() is None:
+                    continue
+                del self.running[key]
+                getattr(self, f"after_{stage}")(key, proc)
+                self.write_summary()
+
+    def dir(self, name: str, seed: int) -> Path:
+        return self.args.out / f"{name}-s{seed}"
+
+    def say(self, key: tuple[str, int], what: str) -> None:
+        print(f"[{time.time() - self.t0:6.0f} s] {key[0]}-s{key[1]} {what}: {self.results[key]}", flush=True)
+
+    def decode(self, key: tuple[str, int], stage: str, *options: str) -> None:
+        cmd = decode_command(self.dir(*key) / "averaged.safetensors", self.args.device, *options)
+        self.running[key] = (stage, subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=self.env))
+
+    def after_train(self, key: tuple[str, int], proc: subprocess.Popen) -> None:
+        name, seed = key
+        self.results[key] = {"candidate": name, "seed": seed, "sets": self.candidates[name], "rc": proc.returncode}
+        self.results[key].update(finished(self.dir(name, seed)))
+        self.say(key, "trained")
+        if proc.returncode == 0 and (self.dir(name, seed) / "averaged.safetensors").exists():
+            self.decode(key, "valid", "--beam", "1", "--beam", "4", "--alpha", "1.0")
+
+    def after_valid(self, key: tuple[str, int], proc: subprocess.Popen) -> None:
+        result = self.results[key]
+        result["valid_rc"] = proc.returncode
+        for row in rows_of(proc.stdout.read() if proc.stdout else ""):
+            result["valid_greedy" if row["beam"] == 1 else "valid_beam4"] = row["bleu"]
+        self.say(key, "validation")
+        if key[0] in self.args.test and key[1] == self.args.seeds[0]:
+            self.decode(key, "test", *TEST)
+
+    def after_test(self, key: tuple[str, int], proc: subprocess.Popen) -> None:
+        rows = rows_of(proc.stdout.read() if proc.stdout else "")
+        self.results[key].update(test_rc=proc.returncode, test2016_beam4=rows[0]["bleu"] if rows else None)
+        self.say(key, "test2016")
+
+    def candidate_scores(self) -> dict[str, dict]:
+        """Per candidate, the validation BLEU of its runs that did all their updates (not those cut by the clock)."""
+        scores: dict[str, dict] = {}
+        for name, sets in self.candidates.items():
+            runs = [r for r in self.results.values() if r["candidate"] == name and "valid_beam4" in r]
+            runs = [r for r in runs if r.get("stopped_by") == "max_steps"]
+            if runs:
+                beam4 = [r["valid_beam4"] for r in runs]
+                sd = statistics.stdev(beam4) if len(beam4) > 1 else None
+                greedy = statistics.fmean(r["valid_greedy"] for r in runs if "valid_greedy" in r)
+                seeds = [r["seed"] for r in runs]
+                scores[name] = {"sets": sets, "seeds": seeds, "valid_beam4": beam4, "mean": statistics.fmean(beam4),
+                                "sd": sd, "greedy_mean": greedy}  # fmt: skip
+        return scores
+
+    def best(self, scores: dict[str, dict]) -> str | None:
+        """The highest mean among the candidates whose every seed finished and was decoded."""
+        whole = [n for n, c in scores.items() if len(c["seeds"]) == len(self.args.seeds)]
+        return max(whole, key=lambda n: scores[n]["mean"], default=None)
+
+    def write_summary(self, best: str | None = None) -> dict[str, Any]:
+        scores = self.candidate_scores()
+        best = best or self.best(scores)
+        weights = self.dir(best, self.args.seeds[0]) / "averaged.safetensors" if best else None
+        summary = {"runs": list(self.results.values()), "candidates": scores, "best_on_validation": best,
+                   "best_weights": str(weights) if weights and weights.exists() else ""}  # fmt: skip
+        (self.args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+        return summary
+
+    def report(self) -> None:
+        print("\n| run | rc | stopped by | updates | train s | valid greedy | valid beam 4 |")
+        print("|---|---|---|---|---|---|---|")
+        for r in self.results.values():
+            cells = [r["rc"], r.get("stopped_by", "-"), r.get("updates", "-"), r.get("train_s", "-")]
+            cells += [r.get("valid_greedy", "-"), r.get("valid_beam4", "-")]
+            print(f"| {r['candidate']}-s{r['seed']} | " + " | ".join(map(str, cells)) + " |")
+        summary = self.write_summary()
+        print("\n(means over the runs that did all their updates)")
+        print("| candidate | settings | seeds | valid beam 4 mean | spread (sd) | greedy mean |")
+        print("|---|---|---|---|---|---|")
+        for name, c in summary["candidates"].items():
+            sd = "-" if c["sd"] is None else f"{c['sd']:.2f}"
+            print(f"| {name} | {' '.join(c['sets']) or '(recipe)'} | {len(c['seeds'])} | {c['mean']:.2f} | {sd} | "
+                  f"{c['greedy_mean']:.2f} |")  # fmt: skip
+        best, first = summary["best_on_validation"], self.args.seeds[0]
+        if not self.args.test_best or best in self.args.test:
+            return
+        chosen = self.results.get((best, first), {}) if best else {}
+        if "valid_beam4" not in chosen:
+            print(f"best on validation: {best}; no test decode (no candidate has every seed finished and decoded)")
+            return
+        chosen["test2016_beam4"] = test_bleu(self.dir(best, first), self.args.device, self.env)
+        print(f"best on validation: {best}; seed {first} on test2016: {chosen['test2016_beam4']}")
+        self.write_summary(best)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ tgt = "xx"
 vocab_size = 100
 
 [train]
+device = "cpu"  # the same path on a GPU machine (bit-exact resume is a CPU property); tests/test_cuda.py asks for CUDA
 max_steps = {steps}
 max_tokens = 300
 warmup_steps = 20

@@ -88,8 +88,10 @@ def test_bf16_autocast_loss_is_close_to_float32_on_the_cpu(tmp_path, toy_corpus)
         with torch.no_grad():
             ref, _ = task.loss(cpu, batch, contextlib.nullcontext)
             low, _ = task.loss(gpu, batch.to(torch.device("cuda")), bf16)
+            full, _ = task.loss(gpu, batch.to(torch.device("cuda")), contextlib.nullcontext)
         assert low.dtype == torch.float32 and torch.isfinite(low)
         assert relative(low, ref) < 3e-2
+        assert relative(low, full) > 1e-6  # autocast did take effect: bf16 rounding shows in the loss
 
 
 def start(task, tmp_path, device: str) -> Session:
@@ -101,18 +103,25 @@ def start(task, tmp_path, device: str) -> Session:
 def test_training_updates_match_the_cpu_in_float32(tmp_path, toy_corpus):
     task = make_task(tmp_path, toy_corpus, "train.precision=fp32")
     groups = [[ix] for ix in task.batches(max_tokens=task.config.train.max_tokens, seed=1, epoch=0)[:4]]
-    runs = {}
+    runs, start_weights = {}, {}
     for device in ("cpu", "cuda"):
         torch.manual_seed(0)
         runs[device] = start(task, tmp_path, device)
+        start_weights[device] = [p.detach().cpu().clone() for p in runs[device].model.parameters()]
         for group in groups:
             assert runs[device].update(group)
     cpu, gpu = runs["cpu"].model, runs["cuda"].model
     assert next(gpu.parameters()).is_cuda and runs["cuda"].state.step == 4
     compared = 0
-    for (name, p), q in zip(cpu.named_parameters(), gpu.parameters()):
+    named = zip(cpu.named_parameters(), gpu.named_parameters(), strict=True)
+    pairs = zip(named, start_weights["cpu"], start_weights["cuda"], strict=True)
+    for ((name, p), (other, q)), p0, q0 in pairs:
+        assert name == other and torch.equal(p0, q0)  # the same initial weights on both devices
         if not zero_in_exact_arithmetic(name):
             assert relative(q, p) < 1e-3, name
+            # four updates move a weight by ~1e-3 at most: compare the moves themselves too (Adam's first steps are
+            # ~lr * sign(gradient), so a gradient that rounding flips would show here)
+            assert relative(q.detach().cpu() - q0, p.detach() - p0) < 2e-2, name
             compared += 1
     assert compared > 10
 
@@ -152,7 +161,7 @@ def test_train_and_translate_end_to_end_on_cuda_in_bf16(tmp_path, toy_corpus):
     overrides = ["train.device=cuda", "train.precision=bf16", "train.pad_multiple=8"]
     run_cli("train", str(recipe), "--out", str(tmp_path / "run"), *[a for o in overrides for a in ("--set", o)])
     metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
-    assert "valid_loss" in metrics
+    assert "valid_loss" in metrics and "device cuda" in (tmp_path / "run" / "train.log").read_text()
     out = run_cli("translate", str(tmp_path / "run"), "--device", "cuda", input="a b c\n\n").stdout
     assert out.count("\n") == 2 and out.split("\n")[1] == ""
 
@@ -165,6 +174,8 @@ def test_ddp_on_two_gpus_trains(tmp_path, toy_corpus):
         + ["train", str(recipe), "--out", str(tmp_path / "run"), "--set", "train.device=cuda"],
         capture_output=True,
         text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "world size 2" in (tmp_path / "run" / "train.log").read_text()
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "world size 2" in log and "finished at step 10" in log
