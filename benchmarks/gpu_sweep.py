@@ -11,12 +11,13 @@ gets a mean over seeds. Each run is `transduce train RECIPE --set train.device=c
 train.num_threads=1 --set train.seed=S` (P: --precision, bf16 unless told) plus the candidate's settings, a process
 of its own (logs in OUT/NAME-sS.log). When a run ends its averaged weights are decoded on all of Multi30k validation
 (greedy, and beam 4 with alpha 1.0, the recipe's decoding) by benchmarks/tune_decode.py. `--test NAME` also decodes
-test_2016_flickr for the first seed of that candidate (a finished recipe, not a candidate being chosen). Writes
-OUT/summary.json (after every step, so a sweep cut short still leaves one) and prints a table: per run the updates,
-training seconds and BLEU; per candidate the mean and spread over the seeds whose runs did all their updates (a run
-stopped by train.max_minutes is listed but left out of the means). Refuses an OUT that already holds one of the
-runs: `transduce train` would resume it, find it finished, and its old results would be reported again. Training
-seconds are measured while sharing the GPU with the other runs: an upper bound on a run alone.
+the run's first test split (test_2016_flickr for Multi30k) for the first seed of that candidate (a finished recipe,
+not a candidate being chosen). Writes OUT/summary.json (after every step, so a sweep cut short still leaves one) and
+prints a table: per run the updates, training seconds and BLEU; per candidate the mean and spread over the seeds
+whose runs did all their updates (a run stopped by train.max_minutes is listed but left out of the means). Refuses
+an OUT that already holds one of the runs: `transduce train` would resume it, find it finished, and its old results
+would be reported again. Training seconds are measured while sharing the GPU with the other runs: an upper bound on
+a run alone.
 """
 
 from __future__ import annotations
@@ -72,12 +73,15 @@ def finished(run: Path) -> dict:
     return {"updates": int(step), "stopped_by": why, "tokens": int(tokens.replace(",", "")), "train_s": int(seconds)}
 
 
-TEST = ["--beam", "4", "--alpha", "1.0", "--src", "multi30k/test_2016_flickr.en.gz"]
-TEST += ["--ref", "multi30k/test_2016_flickr.de.gz"]
+def test_options(run: Path) -> list[str]:
+    """Beam 4, alpha 1.0 on the run's first test split, in the run's own languages (RUN/config.json)."""
+    data = json.loads((run / "config.json").read_text())["data"]
+    split = data["test"][0]
+    return ["--beam", "4", "--alpha", "1.0", "--src", f"{split}.{data['src']}.gz", "--ref", f"{split}.{data['tgt']}.gz"]
 
 
 def test_bleu(run: Path, device: str, env: dict) -> float | None:
-    cmd = decode_command(run / "averaged.safetensors", device, *TEST)
+    cmd = decode_command(run / "averaged.safetensors", device, *test_options(run))
     rows = rows_of(subprocess.run(cmd, capture_output=True, text=True, env=env).stdout)
     return rows[0]["bleu"] if rows else None
 
@@ -174,7 +178,7 @@ class Sweep:
             result["valid_greedy" if row["beam"] == 1 else "valid_beam4"] = row["bleu"]
         self.say(key, "validation")
         if key[0] in self.args.test and key[1] == self.args.seeds[0]:
-            self.decode(key, "test", *TEST)
+            self.decode(key, "test", *test_options(self.dir(*key)))
 
     def after_test(self, key: tuple[str, int], proc: subprocess.Popen) -> None:
         rows = rows_of(proc.stdout.read() if proc.stdout else "")

@@ -42,8 +42,13 @@ def make_task(tmp_path, corpus, *overrides):
     return TranslationTask.prepare(config, tmp_path / "run", main=True, log=lambda _: None, barrier=lambda: None)
 
 
+def index_groups(task, n):
+    """The first n updates' batches of epoch 0, as the sentence-index groups that Session.update takes."""
+    return [[ix] for ix in task.batches(max_tokens=task.config.train.max_tokens, seed=1, epoch=0)[:n]]
+
+
 def batches(task, n):
-    return [task.collate(ix) for ix in task.batches(max_tokens=task.config.train.max_tokens, seed=1, epoch=0)[:n]]
+    return [task.collate(ix) for (ix,) in index_groups(task, n)]
 
 
 def zero_in_exact_arithmetic(name: str) -> bool:
@@ -87,8 +92,9 @@ def test_bf16_autocast_loss_is_close_to_float32_on_the_cpu(tmp_path, toy_corpus)
     for batch in batches(task, 3):
         with torch.no_grad():
             ref, _ = task.loss(cpu, batch, contextlib.nullcontext)
-            low, _ = task.loss(gpu, batch.to(torch.device("cuda")), bf16)
-            full, _ = task.loss(gpu, batch.to(torch.device("cuda")), contextlib.nullcontext)
+            on_gpu = batch.to(torch.device("cuda"))
+            low, _ = task.loss(gpu, on_gpu, bf16)
+            full, _ = task.loss(gpu, on_gpu, contextlib.nullcontext)
         assert low.dtype == torch.float32 and torch.isfinite(low)
         assert relative(low, ref) < 3e-2
         assert relative(low, full) > 1e-6  # autocast did take effect: bf16 rounding shows in the loss
@@ -102,7 +108,7 @@ def start(task, tmp_path, device: str) -> Session:
 
 def test_training_updates_match_the_cpu_in_float32(tmp_path, toy_corpus):
     task = make_task(tmp_path, toy_corpus, "train.precision=fp32")
-    groups = [[ix] for ix in task.batches(max_tokens=task.config.train.max_tokens, seed=1, epoch=0)[:4]]
+    groups = index_groups(task, 4)
     runs, start_weights = {}, {}
     for device in ("cpu", "cuda"):
         torch.manual_seed(0)
@@ -131,7 +137,7 @@ def test_a_training_update_on_cuda_never_waits_for_the_gpu(tmp_path, toy_corpus)
     a blocking copy, nonzero, a stream synchronise)."""
     task = make_task(tmp_path, toy_corpus)
     run = start(task, tmp_path, "cuda")
-    groups = [[ix] for ix in task.batches(max_tokens=task.config.train.max_tokens, seed=1, epoch=0)[:4]]
+    groups = index_groups(task, 4)
     assert run.update(groups[0])  # lazy initialisation (cuBLAS handles, autocast caches) outside the check
     torch.cuda.set_sync_debug_mode("error")
     try:
