@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gzip
+import json
 import random
+import shutil
 import sys
 from pathlib import Path
 
@@ -517,9 +519,11 @@ def test_pointer_parser_trees_and_batching(pointer_run, beam):
     assert out == [parser.parse([s], beam=beam)[0] for s in sentences]  # batching changes no parse
 
 
-def _teacher_forced_log_prob(parser: Parser, source: list[int], starts: list[int], tokens: list[int]) -> float:
-    """log P of tokens + EOS under teacher forcing; an EOS forced at the length limit (max_len_b 40 here) counts
-    0, as in the search."""
+def _teacher_forced_token_log_probs(
+    parser: Parser, source: list[int], starts: list[int], tokens: list[int]
+) -> torch.Tensor:
+    """log P of each of tokens + EOS under teacher forcing (one model); an EOS forced at the length limit
+    (max_len_b 40 here) counts 0, as in the search."""
     from transduce.tasks.parsing import word_positions
 
     target = tokens + [3]  # + EOS
@@ -530,8 +534,13 @@ def _teacher_forced_log_prob(parser: Parser, source: list[int], starts: list[int
             torch.tensor([source]), torch.tensor([[2] + target[:-1]]), word_pos=torch.from_numpy(pos).unsqueeze(0)
         )
     per_token = torch.log_softmax(logits[0].float(), -1).gather(1, torch.tensor(target).view(-1, 1)).view(-1)
-    forced = len(target) == len(source) - 1 + 40  # the search's limit: |x| + max_len_b, EOS included
-    return float(per_token[:-1].sum() + (0.0 if forced else per_token[-1]))
+    if len(target) == len(source) - 1 + 40:  # the search's limit: |x| + max_len_b, EOS included
+        per_token[-1] = 0.0
+    return per_token
+
+
+def _teacher_forced_log_prob(parser: Parser, source: list[int], starts: list[int], tokens: list[int]) -> float:
+    return float(_teacher_forced_token_log_probs(parser, source, starts, tokens).sum())
 
 
 def test_pointer_decoding_scores_equal_teacher_forcing(pointer_run):
@@ -629,3 +638,81 @@ def test_untagged_targets_with_the_pointer_parse_and_score(tmp_path, treebank):
     assert "F1 (predicted tags)" not in report
     result = task.validate(model, torch.device("cpu"))
     assert "valid_f1" in result and "valid_f1_tagged" not in result and "valid_tag_accuracy" not in result
+
+
+# ---------------------------------------------------------------------------------------------------------- ensembles
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_an_ensemble_of_a_parser_with_itself_is_that_parser(pointer_run, beam):
+    """`Parser.from_runs([run, run])` decodes as the run alone (every pointer variant: the tree constraint gives
+    each member the same positions)."""
+    from transduce.decoding.ensemble import Ensemble
+
+    run, _ = pointer_run
+    sentences = ["the dog sees a cat .", "", "a parser ( big ) keeps every quiet letter near the old river .", "x"]
+    double = Parser.from_runs([run, run], device="cpu")
+    assert isinstance(double.model, Ensemble) and len(double.model.members) == 2
+    assert double.parse(sentences, beam=beam) == Parser.from_run(run, device="cpu").parse(sentences, beam=beam)
+
+
+def test_a_parser_ensemble_scores_the_mean_of_its_members_probabilities(pointer_run, tmp_path):
+    """Two different models (other initial weights): every hypothesis of the ensemble's greedy and beam search has
+    log-probability sum_t log((P_1(y_t) + P_2(y_t)) / 2), each member teacher-forced on the hypothesis's tokens with
+    its own pointer positions; every output is a tree over the input words."""
+    from transduce.decoding.search import beam_search, greedy_search
+    from transduce.tasks.parsing import pointer_targets
+
+    run, task = pointer_run
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    torch.manual_seed(2)
+    save_weights(task.build_model(), other / "best.safetensors", metadata={"step": 0})
+    members = [Parser.from_run(run, device="cpu"), Parser.from_run(other, device="cpu")]
+    both = Parser.from_runs([run, other], device="cpu")
+    words_ = "the big dog sees a cat near the river .".split()
+    (source,), (starts,) = both._sources([words_])
+    last = both.model.config.word_pointer_last
+    constraint = both.constraint.for_sentences(
+        [len(words_)], [pointer_targets(starts, last=last).tolist()], span=both.kinds is not None
+    )
+
+    def ensemble_log_prob(tokens: list[int]) -> float:
+        per_member = torch.stack([_teacher_forced_token_log_probs(m, source, starts, tokens) for m in members])
+        return float((torch.logsumexp(per_member, 0) - np.log(2)).sum())
+
+    (hyp,) = greedy_search(both.model, torch.tensor([source]), max_len_b=40, constraint=constraint)[0]
+    assert ensemble_log_prob(hyp.tokens) == pytest.approx(hyp.log_prob, abs=1e-3)
+    hyps = beam_search(both.model, torch.tensor([source]), beam=3, nbest=3, max_len_b=40, constraint=constraint)[0]
+    assert len({tuple(h.tokens) for h in hyps}) == 3
+    for h in hyps:
+        assert ensemble_log_prob(h.tokens) == pytest.approx(h.log_prob, abs=1e-3)
+        assert _leaves(trees.to_string(trees.delinearize(both.vocab.decode(h.tokens), words_))) == words_
+    single = [_teacher_forced_log_prob(m, source, starts, hyp.tokens) for m in members]
+    assert all(abs(x - hyp.log_prob) > 1e-3 for x in single)  # the members really differ
+
+
+def test_parse_ensemble_command_and_its_refusals(tiny_run, pointer_run, treebank, tmp_path, capsys):
+    """`transduce parse RUN --ensemble RUN2` parses; members that read other pointer positions, or have another
+    target vocabulary, are refused with a clear message; attention maps are for one model."""
+    from transduce.cli import main
+
+    run, _ = pointer_run
+    gold = treebank[1]
+    args = ["parse", str(run), "--ensemble", str(run), "--words-from-gold", "--gold", str(gold), "--quiet"]
+    assert main([*args, "--beam", "2"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 30 and "F1 (gold tags put back)" in captured.err
+    plain, _ = tiny_run  # the same trees and data settings, no word pointer
+    assert main(["parse", str(run), "--ensemble", str(plain), "--input", str(gold), "--quiet"]) == 1
+    assert "an ensemble's parsers must read the same positions" in capsys.readouterr().err
+    relabelled = tmp_path / "relabelled"
+    shutil.copytree(run, relabelled)
+    vocab = json.loads((relabelled / "target_vocab.json").read_text())
+    opens = [i for i, t in enumerate(vocab["tokens"]) if t.startswith("(")]
+    vocab["tokens"][opens[0]], vocab["tokens"][opens[1]] = vocab["tokens"][opens[1]], vocab["tokens"][opens[0]]
+    (relabelled / "target_vocab.json").write_text(json.dumps(vocab))
+    with pytest.raises(ConfigError, match="target vocabulary"):
+        Parser.from_runs([run, relabelled], device="cpu")
+    with pytest.raises(ConfigError, match="one model, not an ensemble"):
+        Parser.from_runs([run, run], device="cpu").attention("the dog sees a cat .")

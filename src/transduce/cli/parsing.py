@@ -45,6 +45,7 @@ def cmd_parse(args) -> int:
         max_open_run=args.max_open_run,
         device=args.device,
         progress=not args.quiet and not sys.stdout.isatty(),
+        ensemble=args.ensemble,
     )
     if not args.scores_only:
         sys.stdout.write("".join(tree + "\n" for tree in trees))
@@ -56,6 +57,14 @@ def cmd_parse(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("parse", help="constituency trees, one per input line (whitespace-tokenized words)")
     p.add_argument("run", help="a parsing run directory, or a .safetensors weights file inside one")
+    p.add_argument(
+        "--ensemble",
+        nargs="+",
+        default=[],
+        metavar="RUN",
+        help="parse with RUN and these parsing runs (or weights files) together: the mean of their next-token "
+        "distributions at every step; they must share RUN's tokenizer, target vocabulary and word pointer",
+    )
     p.add_argument("--input", help="read this file instead of stdin")
     p.add_argument("--gold", help="gold trees, line for line with the input: also print EVALB scores")
     p.add_argument("--words-from-gold", action="store_true", help="parse the words of the --gold trees")

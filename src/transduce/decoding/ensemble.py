@@ -1,10 +1,13 @@
-"""Ensembles: several translation models of one vocabulary decoded as one (`transduce translate RUN --ensemble RUN2`).
+"""Ensembles: several models of one vocabulary decoded as one (`transduce translate RUN --ensemble RUN2`, and
+`transduce parse RUN --ensemble RUN2` for parsing runs).
 
 At each step the next-token distribution is the mean of the members' distributions, P(y | ...) = 1/M sum_m P_m(y |
 ...), as in fairseq's and OpenNMT's ensembles; its log is handed to the search, so greedy and beam search, the length
 penalty and n-best work unchanged. Each member keeps its own encoder output and cache; beam search reorders and
 selects them together. The members must share the tokenizer (the same SentencePiece model), the vocabulary and the
-languages: models trained from the same data with different seeds, or checkpoints of one run.
+languages: models trained from the same data with different seeds, or checkpoints of one run. Parsing models with
+the word pointer may be ensembled when they all read the same source positions (`Transformer.pointer_reads`): the tree
+constraint then gives every member the same positions at each step.
 """
 
 from __future__ import annotations
@@ -47,11 +50,19 @@ class Ensemble(nn.Module):
         for c in (m.config for m in members[1:]):
             if (c.vocab_size, c.pad_id) != (first.vocab_size, first.pad_id):
                 raise ValueError(f"ensemble members differ in vocabulary: {c.vocab_size} and {first.vocab_size} pieces")
-        if any(m.pointer_reads() for m in members):
-            raise ValueError("ensembles decode translation models (no word pointer)")
+        reads = {tuple(m.pointer_reads()) for m in members}
+        if len(reads) > 1:
+            raise ValueError(
+                "ensemble members read different source positions with their word pointers: "
+                + " and ".join(sorted("+".join(r) or "none" for r in reads))
+            )
         self.members = nn.ModuleList(members)
         # positions: the shortest member's limit bounds the ensemble's
         self.config = min((m.config for m in members), key=lambda c: c.max_len)
+
+    def pointer_reads(self) -> list[str]:
+        """The source positions each member's word pointer reads per step (the same for all members)."""
+        return cast(Transformer, self.members[0]).pointer_reads()
 
     def pad_mask(self, tokens: Tensor) -> Tensor:
         return tokens.eq(self.config.pad_id)
@@ -64,10 +75,11 @@ class Ensemble(nn.Module):
         return EnsembleCache([cast(Transformer, m).start_decoding(x, src_pad_mask) for m, x in pairs])
 
     def decode_step(self, tokens: Tensor, cache: EnsembleCache, word_pos: Tensor | None = None) -> Tensor:
-        if word_pos is not None:
-            raise ValueError("ensembles decode translation models (no word pointer)")
         members = cast(list[Transformer], list(self.members))
         lprobs = torch.stack(
-            [torch.log_softmax(m.decode_step(tokens, c).float(), dim=-1) for m, c in zip(members, cache.caches)]
-        )  # (M, B, V)
+            [
+                torch.log_softmax(m.decode_step(tokens, c, word_pos=word_pos).float(), dim=-1)
+                for m, c in zip(members, cache.caches)
+            ]
+        )  # (M, B, V): word_pos (parsing) is the same for every member
         return torch.logsumexp(lprobs, dim=0) - math.log(len(self.members))  # (B, V)

@@ -37,7 +37,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -65,6 +65,7 @@ from ..data.parallel import Batch
 from ..data.text import data_root
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from ..decoding.constraints import CLOSE, LEAF, OPEN, OTHER, ROOT_OPEN, TreeConstraint
+from ..decoding.ensemble import Ensemble
 from ..decoding.search import beam_search, greedy_search
 from ..decoding.translator import AttentionMaps, pick_device
 from ..model import Transformer
@@ -626,7 +627,12 @@ class Parser:
     holds a bracket); an empty sentence gives no tree."""
 
     def __init__(
-        self, model: Transformer, tokenizer: Tokenizer, vocab: TargetVocab, *, decode: ParseDecodeConfig | None = None
+        self,
+        model: Transformer | Ensemble,
+        tokenizer: Tokenizer,
+        vocab: TargetVocab,
+        *,
+        decode: ParseDecodeConfig | None = None,
     ) -> None:
         if vocab.size != model.config.vocab_size:
             raise ValueError(f"the vocabulary has {vocab.size} tokens, the model {model.config.vocab_size}")
@@ -654,6 +660,33 @@ class Parser:
             TargetVocab.load(run_dir / TARGET_VOCAB),
             decode=config.decode,
         )
+
+    @classmethod
+    def from_runs(cls, paths: Sequence[str | Path], *, device: str = "auto") -> Parser:
+        """One run (from_run), or an ensemble of several (decoding/ensemble.py: the mean of the members' next-token
+        distributions at each step, under one tree constraint): the first run gives the decoding settings; every
+        other run must have the same tokenizer (Tokenizer.signature), target vocabulary and word-pointer reads."""
+        first = cls.from_run(paths[0], device=device)
+        if len(paths) == 1:
+            return first
+        members: list[Transformer] = [cast(Transformer, first.model)]
+        for path in paths[1:]:
+            other = cls.from_run(path, device=device)
+            if other.tokenizer.signature() != first.tokenizer.signature():
+                raise ConfigError(
+                    f"{path}: its tokenizer differs from that of {paths[0]}; an ensemble's models must share one "
+                    "vocabulary (train them on the same trees with the same data settings)"
+                )
+            if other.vocab != first.vocab:
+                raise ConfigError(f"{path}: its target vocabulary (labels and tags) differs from that of {paths[0]}")
+            mine, theirs = first.model.pointer_reads(), other.model.pointer_reads()
+            if mine != theirs:
+                raise ConfigError(
+                    f"{path}: its word pointer reads {'+'.join(theirs) or 'nothing'}, that of {paths[0]} "
+                    f"{'+'.join(mine) or 'nothing'}; an ensemble's parsers must read the same positions"
+                )
+            members.append(cast(Transformer, other.model))
+        return cls(Ensemble(members), first.tokenizer, first.vocab, decode=first.decode)
 
     @property
     def device(self) -> torch.device:
@@ -776,6 +809,8 @@ class Parser:
         """Attention weights of a sentence and a tree (one-line PTB; default: the model's own parse): a teacher-forced
         forward pass over the tree's target tokens gives exactly the weights seen while decoding it. Source pieces
         end with "</s>"; target tokens are "<s>" then the linearized tree."""
+        if isinstance(self.model, Ensemble):
+            raise ConfigError("attention maps are drawn for one model, not an ensemble")
         words_ = [escape_word(w) for w in source.split()]
         if not words_:
             raise ConfigError("the sentence to draw is empty")
@@ -821,12 +856,14 @@ def parse_command(
     max_open_run: int | None = None,
     device: str = "auto",
     progress: bool = False,
+    ensemble: Sequence[str | Path] = (),
 ) -> tuple[list[str], str | None]:
     """`transduce parse RUN [--input FILE] [--gold TREES]`: one tree per input line (an empty line gives ""), and
     with a gold tree file (one tree per line, line for line with the input) the scores as text: F1 with gold tags put
     back and with the parser's own tags, exact-match rate, tagging accuracy, then EVALB's summary blocks.
-    `max_open_run`: overrides the run's decode.max_open_run (0: no bound)."""
-    parser = Parser.from_run(run, device=device)
+    `max_open_run`: overrides the run's decode.max_open_run (0: no bound). `ensemble`: more runs decoded together
+    with `run` (Parser.from_runs)."""
+    parser = Parser.from_runs([run, *ensemble], device=device)
     if max_open_run is not None:
         decode = dataclasses.replace(parser.decode, max_open_run=max_open_run)  # checked by ParseDecodeConfig
         parser = Parser(parser.model, parser.tokenizer, parser.vocab, decode=decode)
