@@ -694,7 +694,7 @@ def test_a_parser_ensemble_scores_the_mean_of_its_members_probabilities(pointer_
 
 def test_parse_ensemble_command_and_its_refusals(tiny_run, pointer_run, treebank, tmp_path, capsys):
     """`transduce parse RUN --ensemble RUN2` parses; members that read other pointer positions, or have another
-    target vocabulary, are refused with a clear message; attention maps are for one model."""
+    target vocabulary or tokenizer, are refused with a clear message; attention maps are for one model."""
     from transduce.cli import main
 
     run, _ = pointer_run
@@ -714,5 +714,11 @@ def test_parse_ensemble_command_and_its_refusals(tiny_run, pointer_run, treebank
     (relabelled / "target_vocab.json").write_text(json.dumps(vocab))
     with pytest.raises(ConfigError, match="target vocabulary"):
         Parser.from_runs([run, relabelled], device="cpu")
+    config = tiny_config(*treebank)
+    other_pieces = tmp_path / "other-pieces"  # the same trees cut into 50 pieces instead of 60
+    task = prepare_run(config.replace(data=dataclasses.replace(config.data, vocab_size=50)), other_pieces)
+    save_weights(task.build_model(), other_pieces / "best.safetensors", metadata={"step": 0})
+    with pytest.raises(ConfigError, match="its tokenizer differs"):
+        Parser.from_runs([run, other_pieces], device="cpu")
     with pytest.raises(ConfigError, match="one model, not an ensemble"):
         Parser.from_runs([run, run], device="cpu").attention("the dog sees a cat .")

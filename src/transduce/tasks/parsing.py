@@ -37,7 +37,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -595,6 +595,19 @@ class ParsingTask(SequenceTask):
         return Parser(model, self.data.tokenizer, self.data.vocab, decode=self.config.decode)
 
 
+def _pointer_reads(config: ModelConfig) -> str:
+    """What a model of this config's word pointer reads (Transformer.pointer_reads), without building it."""
+    if not config.word_pointer:
+        return "nothing"
+    return "+".join(["first"] + ["last"] * config.word_pointer_last + ["span"] * config.span_pointer)
+
+
+def _load_model(config: ModelConfig, weights: Path, device: str) -> Transformer:
+    model = Transformer(config)
+    load_weights(model, weights)
+    return model.to(pick_device(device)).eval()
+
+
 def read_run_config(path: Path) -> ParsingRunConfig:
     """A parsing run's config.json (config.read_config_dict), refusing another task's run by name."""
     raw = read_config_dict(path)
@@ -651,11 +664,8 @@ class Parser:
         """Config, tokenizer, target vocabulary and weights (safetensors) of a run directory or a weights file."""
         run_dir, weights = find_weights(path)
         config = read_run_config(run_dir / "config.json")
-        model = Transformer(config.model)
-        load_weights(model, weights)
-        model.to(pick_device(device)).eval()
         return cls(
-            model,
+            _load_model(config.model, weights, device),
             Tokenizer(run_dir / "tokenizer.model"),
             TargetVocab.load(run_dir / TARGET_VOCAB),
             decode=config.decode,
@@ -665,28 +675,41 @@ class Parser:
     def from_runs(cls, paths: Sequence[str | Path], *, device: str = "auto") -> Parser:
         """One run (from_run), or an ensemble of several (decoding/ensemble.py: the mean of the members' next-token
         distributions at each step, under one tree constraint): the first run gives the decoding settings; every
-        other run must have the same tokenizer (Tokenizer.signature), target vocabulary and word-pointer reads."""
-        first = cls.from_run(paths[0], device=device)
+        other run must have the same tokenizer (Tokenizer.signature), target vocabulary and word-pointer reads,
+        checked for every run before any weights are loaded. Each member decodes in batches of the first run's
+        decode.batch_tokens, so memory grows with the number of members."""
         if len(paths) == 1:
-            return first
-        members: list[Transformer] = [cast(Transformer, first.model)]
-        for path in paths[1:]:
-            other = cls.from_run(path, device=device)
-            if other.tokenizer.signature() != first.tokenizer.signature():
+            return cls.from_run(paths[0], device=device)
+        runs = []
+        for path in paths:
+            run_dir, weights = find_weights(path)
+            config = read_run_config(run_dir / "config.json")
+            runs.append(
+                (
+                    path,
+                    weights,
+                    config,
+                    Tokenizer(run_dir / "tokenizer.model"),
+                    TargetVocab.load(run_dir / TARGET_VOCAB),
+                )
+            )
+        first_path, _, first_config, tokenizer, vocab = runs[0]
+        for path, _, config, other_tokenizer, other_vocab in runs[1:]:
+            if other_tokenizer.signature() != tokenizer.signature():
                 raise ConfigError(
-                    f"{path}: its tokenizer differs from that of {paths[0]}; an ensemble's models must share one "
+                    f"{path}: its tokenizer differs from that of {first_path}; an ensemble's models must share one "
                     "vocabulary (train them on the same trees with the same data settings)"
                 )
-            if other.vocab != first.vocab:
-                raise ConfigError(f"{path}: its target vocabulary (labels and tags) differs from that of {paths[0]}")
-            mine, theirs = first.model.pointer_reads(), other.model.pointer_reads()
-            if mine != theirs:
+            if other_vocab != vocab:
+                raise ConfigError(f"{path}: its target vocabulary (labels and tags) differs from that of {first_path}")
+            if _pointer_reads(config.model) != _pointer_reads(first_config.model):
                 raise ConfigError(
-                    f"{path}: its word pointer reads {'+'.join(theirs) or 'nothing'}, that of {paths[0]} "
-                    f"{'+'.join(mine) or 'nothing'}; an ensemble's parsers must read the same positions"
+                    f"{path}: its word pointer reads {_pointer_reads(config.model)}, that of {first_path} "
+                    f"{_pointer_reads(first_config.model)}; "
+                    "an ensemble's parsers must read the same positions"
                 )
-            members.append(cast(Transformer, other.model))
-        return cls(Ensemble(members), first.tokenizer, first.vocab, decode=first.decode)
+        members = [_load_model(config.model, weights, device) for _, weights, config, _, _ in runs]
+        return cls(Ensemble(members), tokenizer, vocab, decode=first_config.decode)
 
     @property
     def device(self) -> torch.device:
