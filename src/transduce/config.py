@@ -93,6 +93,15 @@ class ModelConfig:
     def d_k(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def pointer_reads(self) -> list[str]:
+        """The source positions the word pointer reads per decoder step, in the order of `word_pos`'s last axis:
+        "first" (the next word's first piece), then "last" (its last piece, word_pointer_last), then "span" (the
+        first piece of the innermost open constituent's first word, span_pointer); [] without the word pointer."""
+        if not self.word_pointer:
+            return []
+        return ["first"] + ["last"] * self.word_pointer_last + ["span"] * self.span_pointer
+
     @classmethod
     def base(cls, *, vocab_size: int, **overrides) -> ModelConfig:
         """Table 3 "base": N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (63.08M parameters with V=37000)."""

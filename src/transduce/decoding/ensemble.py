@@ -6,7 +6,7 @@ At each step the next-token distribution is the mean of the members' distributio
 penalty and n-best work unchanged. Each member keeps its own encoder output and cache; beam search reorders and
 selects them together. The members must share the tokenizer (the same SentencePiece model), the vocabulary and the
 languages: models trained from the same data with different seeds, or checkpoints of one run. Parsing models with
-the word pointer may be ensembled when they all read the same source positions (`Transformer.pointer_reads`): the tree
+the word pointer may be ensembled when they all read the same source positions (`ModelConfig.pointer_reads`): the tree
 constraint then gives every member the same positions at each step.
 """
 
@@ -59,10 +59,6 @@ class Ensemble(nn.Module):
         self.members = nn.ModuleList(members)
         # positions: the shortest member's limit bounds the ensemble's
         self.config = min((m.config for m in members), key=lambda c: c.max_len)
-
-    def pointer_reads(self) -> list[str]:
-        """The source positions each member's word pointer reads per step (the same for all members)."""
-        return cast(Transformer, self.members[0]).pointer_reads()
 
     def pad_mask(self, tokens: Tensor) -> Tensor:
         return tokens.eq(self.config.pad_id)

@@ -421,12 +421,8 @@ class Transformer(nn.Module):
         return self.output(self._late(self.decoder(tgt_in, memory, src_pad_mask, extra), late))  # (B, T, V)
 
     def pointer_reads(self) -> list[str]:
-        """The source positions the word pointer reads per decoder step, in the order of `word_pos`'s last axis:
-        "first" (the next word's first piece), then "last" (its last piece, word_pointer_last), then "span" (the
-        first piece of the innermost open constituent's first word, span_pointer); [] without the word pointer."""
-        if self.word_proj is None:
-            return []
-        return ["first"] + ["last"] * (self.word_last_proj is not None) + ["span"] * (self.span_proj is not None)
+        """The source positions the word pointer reads per decoder step (ModelConfig.pointer_reads)."""
+        return self.config.pointer_reads
 
     def _pointer_memory(self, memory: Tensor) -> Tensor | None:
         """W_p . memory (B, S, D) ([W_p; W_o] . memory, (B, S, 2D), with word_pointer_output), projected once per

@@ -595,13 +595,6 @@ class ParsingTask(SequenceTask):
         return Parser(model, self.data.tokenizer, self.data.vocab, decode=self.config.decode)
 
 
-def _pointer_reads(config: ModelConfig) -> str:
-    """What a model of this config's word pointer reads (Transformer.pointer_reads), without building it."""
-    if not config.word_pointer:
-        return "nothing"
-    return "+".join(["first"] + ["last"] * config.word_pointer_last + ["span"] * config.span_pointer)
-
-
 def _load_model(config: ModelConfig, weights: Path, device: str) -> Transformer:
     model = Transformer(config)
     load_weights(model, weights)
@@ -662,38 +655,23 @@ class Parser:
     @classmethod
     def from_run(cls, path: str | Path, *, device: str = "auto") -> Parser:
         """Config, tokenizer, target vocabulary and weights (safetensors) of a run directory or a weights file."""
-        run_dir, weights = find_weights(path)
-        config = read_run_config(run_dir / "config.json")
-        return cls(
-            _load_model(config.model, weights, device),
-            Tokenizer(run_dir / "tokenizer.model"),
-            TargetVocab.load(run_dir / TARGET_VOCAB),
-            decode=config.decode,
-        )
+        return cls.from_runs([path], device=device)
 
     @classmethod
     def from_runs(cls, paths: Sequence[str | Path], *, device: str = "auto") -> Parser:
-        """One run (from_run), or an ensemble of several (decoding/ensemble.py: the mean of the members' next-token
+        """One run, or an ensemble of several (decoding/ensemble.py: the mean of the members' next-token
         distributions at each step, under one tree constraint): the first run gives the decoding settings; every
         other run must have the same tokenizer (Tokenizer.signature), target vocabulary and word-pointer reads,
         checked for every run before any weights are loaded. Each member decodes in batches of the first run's
         decode.batch_tokens, so memory grows with the number of members."""
-        if len(paths) == 1:
-            return cls.from_run(paths[0], device=device)
         runs = []
         for path in paths:
             run_dir, weights = find_weights(path)
             config = read_run_config(run_dir / "config.json")
-            runs.append(
-                (
-                    path,
-                    weights,
-                    config,
-                    Tokenizer(run_dir / "tokenizer.model"),
-                    TargetVocab.load(run_dir / TARGET_VOCAB),
-                )
-            )
-        first_path, _, first_config, tokenizer, vocab = runs[0]
+            tokenizer = Tokenizer(run_dir / "tokenizer.model")
+            runs.append((path, weights, config, tokenizer, TargetVocab.load(run_dir / TARGET_VOCAB)))
+        first_path, _, first, tokenizer, vocab = runs[0]
+        reads = lambda config: "+".join(config.model.pointer_reads) or "nothing"
         for path, _, config, other_tokenizer, other_vocab in runs[1:]:
             if other_tokenizer.signature() != tokenizer.signature():
                 raise ConfigError(
@@ -702,14 +680,14 @@ class Parser:
                 )
             if other_vocab != vocab:
                 raise ConfigError(f"{path}: its target vocabulary (labels and tags) differs from that of {first_path}")
-            if _pointer_reads(config.model) != _pointer_reads(first_config.model):
+            if reads(config) != reads(first):
                 raise ConfigError(
-                    f"{path}: its word pointer reads {_pointer_reads(config.model)}, that of {first_path} "
-                    f"{_pointer_reads(first_config.model)}; "
+                    f"{path}: its word pointer reads {reads(config)}, that of {first_path} {reads(first)}; "
                     "an ensemble's parsers must read the same positions"
                 )
         members = [_load_model(config.model, weights, device) for _, weights, config, _, _ in runs]
-        return cls(Ensemble(members), tokenizer, vocab, decode=first_config.decode)
+        model = members[0] if len(members) == 1 else Ensemble(members)
+        return cls(model, tokenizer, vocab, decode=first.decode)
 
     @property
     def device(self) -> torch.device:
