@@ -6,6 +6,10 @@ updates, reads the tokens/s it logged, skips the first log window (warm-up), and
 fp32 matmul peak measured in the same process.
 
     .venv/bin/python benchmarks/train_speed.py [--steps 50] [--max-tokens 4500] [--device cpu]
+        [--set model.d_model=512 --set ... --name base]   # other models and options (issue 16's table)
+
+On CUDA the report also gives a bf16 matrix-product peak (8192^3, measured in the same process: the peak of the
+issue-16 targets) and the speed of the first 100 updates against the steady speed (the start-up target).
 """
 
 from __future__ import annotations
@@ -31,9 +35,9 @@ from transduce.training.loop import train
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def matmul_peak(device: torch.device, n: int = 2048, repeats: int = 10) -> float:
-    """fp32 GFLOP/s of an n x n matrix product (best of `repeats`)."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+def matmul_peak(device: torch.device, n: int = 2048, repeats: int = 10, dtype=torch.float32) -> float:
+    """GFLOP/s of an n x n matrix product in `dtype` (best of `repeats`)."""
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     best = float("inf")
     for _ in range(repeats + 2):
         if device.type == "cuda":
@@ -69,6 +73,8 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="run directory (default: a temporary one)")
     parser.add_argument("--compile", action="store_true", help="train with torch.compile")
     parser.add_argument("--skip", type=int, default=1, help="log windows (of 10 steps) to skip as warm-up")
+    parser.add_argument("--set", action="append", default=[], help="a recipe override (KEY=VALUE), repeatable")
+    parser.add_argument("--name", default="m30k-d256", help="the model's name in the report")
     args = parser.parse_args()
     if not os.environ.get("TRANSDUCE_DATA"):
         sys.exit("set TRANSDUCE_DATA (the Makefile does) so that multi30k/ can be found")
@@ -84,6 +90,7 @@ def main() -> None:
             "train.save_every=1000000",
             f"train.device={args.device}",
             f"train.compile={'true' if args.compile else 'false'}",
+            *args.set,
         ],
     )
     start = time.perf_counter()
@@ -111,8 +118,15 @@ def main() -> None:
     )
     peak = matmul_peak(device)
     achieved = tok_s * flops_per_token / 1e9
+    # the first 100 updates (warm-up included) against the steady median: tokens of the windows up to step 100 over
+    # the seconds from the start of training to the end of step 100
+    early = [r for r in records if r["kind"] == "train" and r["step"] <= 100]
+    edges = [0.0] + [r["elapsed"] for r in early]
+    early_tok = sum(r["tokens_per_s"] * (b - a) for r, a, b in zip(early, edges, edges[1:]))
+    first_100 = early_tok / early[-1]["elapsed"] if early and early[-1]["step"] == 100 else None
     report = {
-        "model": "m30k-d256",
+        "model": args.name,
+        "overrides": args.set,
         "parameters": Transformer(m).num_parameters(),
         "steps": args.steps,
         "max_tokens": args.max_tokens,
@@ -122,6 +136,8 @@ def main() -> None:
         "model_gflop_per_s": round(achieved, 1),
         "matmul_peak_gflop_per_s": round(peak, 1),
         "mfu": round(achieved / peak, 3),
+        "first_100_steps_tokens_per_s": None if first_100 is None else round(first_100),
+        "first_100_share_of_steady": None if first_100 is None else round(first_100 / tok_s, 3),
         "wall_s": round(wall, 1),
         "compile": args.compile,
         "window_tokens_per_s": [round(r["tokens_per_s"]) for r in windows],
@@ -130,6 +146,11 @@ def main() -> None:
         "machine": platform.processor() or platform.machine(),
         "device": str(device),
     }
+    if device.type == "cuda":
+        bf16_peak = matmul_peak(device, n=8192, dtype=torch.bfloat16)
+        report["bf16_matmul_peak_gflop_per_s"] = round(bf16_peak, 1)
+        report["share_of_bf16_peak"] = round(achieved / bf16_peak, 4)
+        report["gpu"] = torch.cuda.get_device_name(device)
     print(json.dumps(report, indent=2))
 
 

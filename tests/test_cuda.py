@@ -148,6 +148,23 @@ def test_a_training_update_on_cuda_never_waits_for_the_gpu(tmp_path, toy_corpus)
     assert run.state.step == 4 and torch.isfinite(torch.as_tensor(run.window["loss"])).all()
 
 
+def test_cudnn_attention_is_off_on_cuda_unless_the_recipe_asks(tmp_path, toy_corpus):
+    """pick_device turns cuDNN's attention off (it plans a kernel per new shape); train.cudnn_attention = true turns
+    it back on for a training run."""
+    from transduce.decoding.translator import pick_device
+
+    saved = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        assert pick_device("cuda").type == "cuda" and not torch.backends.cuda.cudnn_sdp_enabled()
+        task = make_task(tmp_path, toy_corpus, "train.cudnn_attention=true")
+        run = start(task, tmp_path, "cuda")
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        assert run.update(index_groups(task, 1)[0])
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(saved)
+
+
 @pytest.mark.parametrize("beam", [1, 4])
 def test_decoding_on_cuda_gives_the_cpu_outputs(trained_run, beam):
     run, corpus = trained_run

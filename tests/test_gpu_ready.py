@@ -64,3 +64,35 @@ def test_a_training_update_never_synchronises_with_the_host(task, tmp_path, monk
         assert run.update(group)
     monkeypatch.undo()
     assert run.state.step == 3 and np.isfinite(float(run.window["loss"]))
+
+
+def test_cudnn_attention_is_a_train_option_that_leaves_the_cpu_alone(tmp_path, toy_corpus):
+    """train.cudnn_attention (issue 16) is read from a recipe; on CPU neither it nor pick_device touches torch's
+    global cuDNN-attention switch (tests/test_cuda.py checks what they do on CUDA)."""
+    from transduce.config import ConfigError
+    from transduce.decoding.translator import pick_device
+
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus)
+    assert load_config(recipe, ["train.cudnn_attention=true"]).train.cudnn_attention is True
+    assert load_config(recipe, []).train.cudnn_attention is False
+    with pytest.raises(ConfigError):
+        load_config(recipe, ["train.cudnn_attention=maybe"])
+    saved = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        for flag in (True, False):
+            torch.backends.cuda.enable_cudnn_sdp(flag)
+            config = load_config(recipe, [f"train.cudnn_attention={str(not flag).lower()}"])
+            task = TranslationTask.prepare(
+                config, tmp_path / f"run-{flag}", main=True, log=lambda _: None, barrier=lambda: None
+            )
+            Session.start(
+                task,
+                config.train,
+                tmp_path / f"run-{flag}",
+                Ranks(),
+                pick_device("cpu"),
+                RunLog(tmp_path, enabled=False),
+            )
+            assert torch.backends.cuda.cudnn_sdp_enabled() is flag
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(saved)

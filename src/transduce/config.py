@@ -183,6 +183,10 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
     compile: bool = False
+    # CUDA: let scaled_dot_product_attention use cuDNN's kernel. Off by default: cuDNN plans a kernel for every new
+    # (batch, length) shape, about 10 ms of host time each, which stalls the first minute of a run (issue 16); the
+    # flash and memory-efficient kernels need no plan. Ignored on CPU.
+    cudnn_attention: bool = False
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     cpu_speed: bool = True  # on CPU, apply model/cpu_speed.py (faster dropout masks, logits workspace, malloc)
     # "auto": bf16 autocast on CUDA, float32 on CPU; "bf16": also on CPU (only where the CPU has native bfloat16

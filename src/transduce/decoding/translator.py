@@ -25,7 +25,7 @@ def pick_device(name: str = "auto") -> torch.device:
     from ..config import ConfigError
 
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except (RuntimeError, ValueError):
@@ -37,6 +37,11 @@ def pick_device(name: str = "auto") -> torch.device:
             raise ConfigError(f"device {name!r}: this machine has {torch.cuda.device_count()} GPU(s)")
     elif device.type != "cpu":
         raise ConfigError(f"device {name!r} is not supported (use auto, cpu, cuda or cuda:N)")
+    if device.type == "cuda":
+        # cuDNN's attention plans a kernel per new shape (about 10 ms of host time each; decoding meets a new key
+        # length at every step): the flash and memory-efficient kernels need none. train.cudnn_attention turns it
+        # back on for a training run.
+        torch.backends.cuda.enable_cudnn_sdp(False)
     return device
 
 

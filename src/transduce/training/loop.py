@@ -500,6 +500,8 @@ def _wrap(model: torch.nn.Module, tc: TrainConfig, ranks: Ranks, device: torch.d
         )
     if tc.compile:
         net = torch.compile(net, dynamic=True)  # type: ignore[assignment]  # batch shapes change every step
+    if device.type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(tc.cudnn_attention)
     if device.type == "cuda" and tc.precision != "fp32":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# One call on a lent GPU (issues 16 and 17), each step timed and alone on the card unless said:
+#   1. recipes/multi30k-bf16-pair.toml as shipped: seeds 1 and 2 trained side by side on the one GPU (the issue-17
+#      budget is 5 minutes for the pair), wall clock from the first command to the last run's end;
+#   2. the pair decoded as one ensemble (beam 4, alpha 1.0: the recipe's) on all of validation and on test2016, and
+#      each member alone on validation, while beside it `pytest -m cuda` checks the GPU path against the CPU path;
+#   3. benchmarks/decode_speed.py on the first member (test2016, beam 4 and greedy);
+#   4. benchmarks/train_speed.py: m30k-d256 at 4,500 tokens with cuDNN attention off (the default) and on, then
+#      the base model at 25,000 tokens.
+#   TRANSDUCE_DATA=$PWD/.gpudata OUT=/tmp/out bash benchmarks/gpu_pair.sh
+# DEVICE=cpu and SMOKE=1 (a few updates, no pytest) try the script itself on a machine without a GPU.
+# Its first call (2026-11-26, one H200) hung after step 1: a bare `wait` waited for the nvidia-smi loop too (the CPU
+# try-out has no nvidia-smi, so it did not show). Steps 2-4 were then run by hand on the warm machine, against the
+# pair's runs in /tmp (BENCHMARKS.md gives the commands); the script now waits for the two runs only.
+set -u
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+OUT=${OUT:-benchmarks/out/gpu-pair}
+DEVICE=${DEVICE:-cuda}
+PY=${PYTHON:-python3}
+W=/tmp/gpu-pair-$(date +%s)  # a fresh folder per call: a warm machine keeps /tmp
+mkdir -p "$OUT" "$W"
+SMOKE_SETS=()
+SPEED_STEPS=(600 150)
+BASE=(--set model.n_layers=6 --set model.d_model=512 --set model.d_ff=2048 --set model.n_heads=8)
+BASE_TOKENS=25000
+if [ -n "${SMOKE:-}" ]; then
+  SMOKE_SETS=(--set train.max_steps=20 --set train.valid_every=10 --set train.save_every=10 --set train.warmup_steps=5
+    --set model.n_layers=1 --set model.d_model=64 --set model.d_ff=128 --set data.vocab_size=1000)
+  SPEED_STEPS=(40 40)
+  BASE=(--set model.n_layers=1 --set model.d_model=64 --set model.d_ff=128)
+  BASE_TOKENS=2000
+fi
+now() { date +%s.%N; }
+since() { $PY -c "import sys; print(round($(now) - $1, 1))"; }
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
+  $PY -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
+  echo "cpus $(nproc)"; date -u
+} > "$OUT/summary.txt" 2>&1
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$W/util.csv" 2>&1 &
+  UTIL=$!
+fi
+
+# 1. the pair
+t0=$(now)
+PAIR=()
+for s in 1 2; do
+  timeout 330 $PY -m transduce train multi30k-bf16-pair --out "$W/pair-s$s" --set train.device="$DEVICE" \
+    --set train.seed=$s "${SMOKE_SETS[@]}" > "$W/train-s$s.log" 2>&1 &
+  PAIR+=($!)
+done
+wait "${PAIR[@]}"  # these two only: a bare `wait` would also wait for the nvidia-smi loop, which never ends
+echo "pair: wall $(since "$t0") s (both runs, data preparation included)" >> "$OUT/summary.txt"
+for s in 1 2; do grep -h "finished\|stopp\|Error\|error" "$W/train-s$s.log" | tail -3 | sed "s/^/s$s: /" >> "$OUT/summary.txt"; done
+
+# 2. decoding the pair, and beside it the CUDA checks
+if [ -z "${SMOKE:-}" ] && [ "$DEVICE" = cuda ]; then
+  timeout 220 $PY -m pytest -m cuda -p no:cacheprovider -q -rs tests/test_cuda.py tests/test_constraints.py \
+    > "$OUT/pytest.txt" 2>&1 &
+  PYTEST=$!
+fi
+ens=(--ensemble "$W/pair-s2/averaged.safetensors")
+for split in val test_2016_flickr; do
+  t=$(now)
+  timeout 120 $PY -m transduce evaluate "$W/pair-s1/averaged.safetensors" "${ens[@]}" --beam 4 --alpha 1.0 \
+    --device "$DEVICE" --quiet --src "multi30k/$split.en.gz" --ref "multi30k/$split.de.gz" \
+    --output "$W/$split-ens.de" > "$W/eval-$split-ens.txt" 2>&1
+  echo "ensemble $split ($(since "$t") s): $(tr '\n' ' ' < "$W/eval-$split-ens.txt")" >> "$OUT/summary.txt"
+done
+for s in 1 2; do
+  timeout 60 $PY -m transduce evaluate "$W/pair-s$s/averaged.safetensors" --beam 4 --alpha 1.0 --device "$DEVICE" \
+    --quiet --src multi30k/val.en.gz --ref multi30k/val.de.gz > "$W/eval-val-s$s.txt" 2>&1
+  echo "member s$s val: $(tr '\n' ' ' < "$W/eval-val-s$s.txt")" >> "$OUT/summary.txt"
+done
+if [ -n "${PYTEST:-}" ]; then
+  wait "$PYTEST"; echo "pytest exit $?" >> "$OUT/pytest.txt"
+  tail -4 "$OUT/pytest.txt" | sed "s/^/pytest: /" >> "$OUT/summary.txt"
+fi
+tar czf "$OUT/pair.tgz" -C "$W" --exclude='*.safetensors' --exclude=checkpoints --exclude=data .
+
+# 3. decoding speed
+timeout 90 $PY benchmarks/decode_speed.py "$W/pair-s1" --beam 4 --beam 1 --device "$DEVICE" > "$OUT/decode_speed.json" 2>&1
+
+# 4. training speed
+speed() {  # name steps max_tokens [--set ...]
+  local name=$1 steps=$2 tokens=$3; shift 3
+  timeout 100 $PY benchmarks/train_speed.py --device "$DEVICE" --steps "$steps" --max-tokens "$tokens" --skip 2 \
+    --name "$name" --out "$W/speed-$name" "$@" > "$OUT/speed-$name.json" 2>&1
+}
+speed d256-cudnn-off "${SPEED_STEPS[0]}" 4500
+speed d256-cudnn-on "${SPEED_STEPS[0]}" 4500 --set train.cudnn_attention=true
+speed base-25k "${SPEED_STEPS[1]}" "$BASE_TOKENS" "${BASE[@]}"
+date -u >> "$OUT/summary.txt"
+[ -n "${UTIL:-}" ] && kill "$UTIL"
+tar czf "$OUT/speed.tgz" -C "$W" --exclude='*.safetensors' --exclude=checkpoints --exclude=data \
+  $(cd "$W" && ls -d speed-* util.csv 2>/dev/null)
+cat "$OUT/summary.txt"
+for f in "$OUT"/decode_speed.json "$OUT"/speed-*.json; do echo "== $f"; tr -d ' \n' < "$f" | cut -c1-900; echo; done
