@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One call on a lent GPU (issues 16 and 17), each step timed and alone on the card unless said:
-#   1. recipes/multi30k-bf16-pair.toml as shipped: seeds 1 and 2 trained side by side on the one GPU (the issue-17
-#      budget is 5 minutes for the pair), wall clock from the first command to the last run's end;
-#   2. the pair decoded as one ensemble (beam 4, alpha 1.0: the recipe's) on all of validation and on test2016, and
-#      each member alone on validation, while beside it `pytest -m cuda` checks the GPU path against the CPU path;
+#   1. recipes/multi30k-bf16-pair.toml as shipped: seeds 1 and 2 (1..MEMBERS) trained side by side on the one GPU
+#      (the issue-17 budget is 5 minutes), wall clock from the first command to the last run's end;
+#   2. the first k members decoded as one ensemble (beam 4, alpha 1.0: the recipe's) on all of validation for k =
+#      2..MEMBERS, the k with the best validation BLEU decoded once on test2016, and each member alone on validation,
+#      while beside it `pytest -m cuda` checks the GPU path against the CPU path;
 #   3. benchmarks/decode_speed.py on the first member (test2016, beam 4 and greedy);
-#   4. benchmarks/train_speed.py: m30k-d256 at 4,500 tokens with cuDNN attention off (the default) and on, then
-#      the base model at 25,000 tokens.
-#   TRANSDUCE_DATA=$PWD/.gpudata OUT=/tmp/out bash benchmarks/gpu_pair.sh
+#   4. benchmarks/train_speed.py: m30k-d256 at 4,500 tokens with cuDNN attention off (the default) and on, and
+#      with train.pad_multiple = 8 (bounded shapes), then the base model at 25,000 tokens.
+#   TRANSDUCE_DATA=$PWD/.gpudata OUT=/tmp/out [MEMBERS=4] bash benchmarks/gpu_pair.sh
 # DEVICE=cpu and SMOKE=1 (a few updates, no pytest) try the script itself on a machine without a GPU.
 # Its first call (2026-11-26, one H200) hung after step 1: a bare `wait` waited for the nvidia-smi loop too (the CPU
 # try-out has no nvidia-smi, so it did not show). Steps 2-4 were then run by hand on the warm machine, against the
@@ -16,6 +17,7 @@ set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/out/gpu-pair}
 DEVICE=${DEVICE:-cuda}
+MEMBERS=${MEMBERS:-2}  # runs of the recipe (seeds 1..MEMBERS) trained side by side; 2 = the recipe's pair
 PY=${PYTHON:-python3}
 W=/tmp/gpu-pair-$(date +%s)  # a fresh folder per call: a warm machine keeps /tmp
 mkdir -p "$OUT" "$W"
@@ -42,42 +44,54 @@ if command -v nvidia-smi > /dev/null; then
   UTIL=$!
 fi
 
-# 1. the pair
+# 1. the members, side by side
 t0=$(now)
-PAIR=()
-for s in 1 2; do
+PIDS=()
+for s in $(seq 1 "$MEMBERS"); do
   timeout 330 $PY -m transduce train multi30k-bf16-pair --out "$W/pair-s$s" --set train.device="$DEVICE" \
     --set train.seed=$s "${SMOKE_SETS[@]}" > "$W/train-s$s.log" 2>&1 &
-  PAIR+=($!)
+  PIDS+=($!)
 done
-wait "${PAIR[@]}"  # these two only: a bare `wait` would also wait for the nvidia-smi loop, which never ends
-echo "pair: wall $(since "$t0") s (both runs, data preparation included)" >> "$OUT/summary.txt"
-for s in 1 2; do grep -h "finished\|stopp\|Error\|error" "$W/train-s$s.log" | tail -3 | sed "s/^/s$s: /" >> "$OUT/summary.txt"; done
+wait "${PIDS[@]}"  # these runs only: a bare `wait` would also wait for the nvidia-smi loop, which never ends
+echo "$MEMBERS runs: wall $(since "$t0") s (all of them, data preparation included)" >> "$OUT/summary.txt"
+for s in $(seq 1 "$MEMBERS"); do
+  grep -h "finished\|stopp\|Error\|error" "$W/train-s$s.log" | tail -3 | sed "s/^/s$s: /" >> "$OUT/summary.txt"
+done
 
-# 2. decoding the pair, and beside it the CUDA checks
+# 2. decoding, and beside it the CUDA checks
 if [ -z "${SMOKE:-}" ] && [ "$DEVICE" = cuda ]; then
   timeout 220 $PY -m pytest -m cuda -p no:cacheprovider -q -rs tests/test_cuda.py tests/test_constraints.py \
     > "$OUT/pytest.txt" 2>&1 &
   PYTEST=$!
 fi
-ens=(--ensemble "$W/pair-s2/averaged.safetensors")
-for split in val test_2016_flickr; do
+evaluate() {  # k split: the first k members as one ensemble (k = 1: the first alone), beam 4 and alpha 1.0
+  local k=$1 split=$2 t extra=()
   t=$(now)
-  timeout 120 $PY -m transduce evaluate "$W/pair-s1/averaged.safetensors" "${ens[@]}" --beam 4 --alpha 1.0 \
+  [ "$k" -gt 1 ] && extra=(--ensemble $(for s in $(seq 2 "$k"); do echo "$W/pair-s$s/averaged.safetensors"; done))
+  timeout 120 $PY -m transduce evaluate "$W/pair-s1/averaged.safetensors" "${extra[@]}" --beam 4 --alpha 1.0 \
     --device "$DEVICE" --quiet --src "multi30k/$split.en.gz" --ref "multi30k/$split.de.gz" \
-    --output "$W/$split-ens.de" > "$W/eval-$split-ens.txt" 2>&1
-  echo "ensemble $split ($(since "$t") s): $(tr '\n' ' ' < "$W/eval-$split-ens.txt")" >> "$OUT/summary.txt"
+    --output "$W/$split-ens$k.de" > "$W/eval-$split-ens$k.txt" 2>&1
+  echo "first $k as one, $split ($(since "$t") s): $(tr '\n' ' ' < "$W/eval-$split-ens$k.txt")" >> "$OUT/summary.txt"
+}
+bleu() { grep -o "^BLEU = [0-9.]*" "$1" | cut -d' ' -f3; }
+best_k=2 best_bleu=-1
+for k in $(seq 2 "$MEMBERS"); do  # how many members, chosen on validation; test decoded once, for that choice
+  evaluate "$k" val
+  b=$(bleu "$W/eval-val-ens$k.txt")
+  if $PY -c "import sys; sys.exit(0 if float('${b:-0}') > float('$best_bleu') else 1)"; then best_k=$k best_bleu=$b; fi
 done
-for s in 1 2; do
+echo "chosen on validation: the first $best_k members ($best_bleu)" >> "$OUT/summary.txt"
+evaluate "$best_k" test_2016_flickr
+for s in $(seq 1 "$MEMBERS"); do
   timeout 60 $PY -m transduce evaluate "$W/pair-s$s/averaged.safetensors" --beam 4 --alpha 1.0 --device "$DEVICE" \
     --quiet --src multi30k/val.en.gz --ref multi30k/val.de.gz > "$W/eval-val-s$s.txt" 2>&1
-  echo "member s$s val: $(tr '\n' ' ' < "$W/eval-val-s$s.txt")" >> "$OUT/summary.txt"
+  echo "member s$s alone, val: $(bleu "$W/eval-val-s$s.txt")" >> "$OUT/summary.txt"
 done
 if [ -n "${PYTEST:-}" ]; then
   wait "$PYTEST"; echo "pytest exit $?" >> "$OUT/pytest.txt"
   tail -4 "$OUT/pytest.txt" | sed "s/^/pytest: /" >> "$OUT/summary.txt"
 fi
-tar czf "$OUT/pair.tgz" -C "$W" --exclude='*.safetensors' --exclude=checkpoints --exclude=data .
+tar czf "$OUT/pair.tgz" -C "$W" --exclude='*.safetensors' --exclude=checkpoints --exclude=data .  # 8 files in all
 
 # 3. decoding speed
 timeout 90 $PY benchmarks/decode_speed.py "$W/pair-s1" --beam 4 --beam 1 --device "$DEVICE" > "$OUT/decode_speed.json" 2>&1
@@ -90,10 +104,9 @@ speed() {  # name steps max_tokens [--set ...]
 }
 speed d256-cudnn-off "${SPEED_STEPS[0]}" 4500
 speed d256-cudnn-on "${SPEED_STEPS[0]}" 4500 --set train.cudnn_attention=true
+speed d256-pad8 "${SPEED_STEPS[0]}" 4500 --set train.pad_multiple=8
 speed base-25k "${SPEED_STEPS[1]}" "$BASE_TOKENS" "${BASE[@]}"
 date -u >> "$OUT/summary.txt"
 [ -n "${UTIL:-}" ] && kill "$UTIL"
-tar czf "$OUT/speed.tgz" -C "$W" --exclude='*.safetensors' --exclude=checkpoints --exclude=data \
-  $(cd "$W" && ls -d speed-* util.csv 2>/dev/null)
 cat "$OUT/summary.txt"
 for f in "$OUT"/decode_speed.json "$OUT"/speed-*.json; do echo "== $f"; tr -d ' \n' < "$f" | cut -c1-900; echo; done
