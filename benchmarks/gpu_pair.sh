@@ -18,11 +18,12 @@ export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/out/gpu-pair}
 DEVICE=${DEVICE:-cuda}
 MEMBERS=${MEMBERS:-2}  # runs of the recipe (seeds 1..MEMBERS) trained side by side; 2 = the recipe's pair
+[ "$MEMBERS" -ge 2 ] || { echo "MEMBERS must be 2 or more (the recipe is an ensemble)" >&2; exit 2; }
 PY=${PYTHON:-python3}
 W=/tmp/gpu-pair-$(date +%s)  # a fresh folder per call: a warm machine keeps /tmp
 mkdir -p "$OUT" "$W"
 SMOKE_SETS=()
-SPEED_STEPS=(600 150)
+SPEED_STEPS=(400 120)
 BASE=(--set model.n_layers=6 --set model.d_model=512 --set model.d_ff=2048 --set model.n_heads=8)
 BASE_TOKENS=25000
 if [ -n "${SMOKE:-}" ]; then
@@ -42,6 +43,7 @@ since() { $PY -c "import sys; print(round($(now) - $1, 1))"; }
 if command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$W/util.csv" 2>&1 &
   UTIL=$!
+  trap 'kill "$UTIL" 2>/dev/null' EXIT  # the logger never ends by itself
 fi
 
 # 1. the members, side by side
@@ -60,7 +62,7 @@ done
 
 # 2. decoding, and beside it the CUDA checks
 if [ -z "${SMOKE:-}" ] && [ "$DEVICE" = cuda ]; then
-  timeout 220 $PY -m pytest -m cuda -p no:cacheprovider -q -rs tests/test_cuda.py tests/test_constraints.py \
+  timeout 220 $PY -m pytest -m cuda -p no:cacheprovider -rs tests/test_cuda.py tests/test_constraints.py \
     > "$OUT/pytest.txt" 2>&1 &
   PYTEST=$!
 fi
@@ -73,12 +75,14 @@ evaluate() {  # k split: the first k members as one ensemble (k = 1: the first a
     --output "$W/$split-ens$k.de" > "$W/eval-$split-ens$k.txt" 2>&1
   echo "first $k as one, $split ($(since "$t") s): $(tr '\n' ' ' < "$W/eval-$split-ens$k.txt")" >> "$OUT/summary.txt"
 }
-bleu() { grep -o "^BLEU = [0-9.]*" "$1" | cut -d' ' -f3; }
+bleu() { grep -o "^BLEU = [0-9.]*" "$1" | cut -d' ' -f3; }  # empty when the decode failed
 best_k=2 best_bleu=-1
 for k in $(seq 2 "$MEMBERS"); do  # how many members, chosen on validation; test decoded once, for that choice
   evaluate "$k" val
   b=$(bleu "$W/eval-val-ens$k.txt")
-  if $PY -c "import sys; sys.exit(0 if float('${b:-0}') > float('$best_bleu') else 1)"; then best_k=$k best_bleu=$b; fi
+  if [ -n "$b" ] && $PY -c "import sys; sys.exit(0 if float('$b') > float('$best_bleu') else 1)"; then
+    best_k=$k best_bleu=$b
+  fi
 done
 echo "chosen on validation: the first $best_k members ($best_bleu)" >> "$OUT/summary.txt"
 evaluate "$best_k" test_2016_flickr
@@ -91,7 +95,8 @@ if [ -n "${PYTEST:-}" ]; then
   wait "$PYTEST"; echo "pytest exit $?" >> "$OUT/pytest.txt"
   tail -4 "$OUT/pytest.txt" | sed "s/^/pytest: /" >> "$OUT/summary.txt"
 fi
-tar czf "$OUT/pair.tgz" -C "$W" --exclude='*.safetensors' --exclude=checkpoints --exclude=data .  # 8 files in all
+pack() { tar czf "$OUT/pair.tgz" -C "$W" --exclude='*.safetensors' --exclude=checkpoints --exclude=data .; }
+pack  # now, in case the rest is cut short; again at the end with the speed runs' logs (8 result files in all)
 
 # 3. decoding speed
 timeout 90 $PY benchmarks/decode_speed.py "$W/pair-s1" --beam 4 --beam 1 --device "$DEVICE" > "$OUT/decode_speed.json" 2>&1
@@ -108,5 +113,6 @@ speed d256-pad8 "${SPEED_STEPS[0]}" 4500 --set train.pad_multiple=8
 speed base-25k "${SPEED_STEPS[1]}" "$BASE_TOKENS" "${BASE[@]}"
 date -u >> "$OUT/summary.txt"
 [ -n "${UTIL:-}" ] && kill "$UTIL"
+pack
 cat "$OUT/summary.txt"
 for f in "$OUT"/decode_speed.json "$OUT"/speed-*.json; do echo "== $f"; tr -d ' \n' < "$f" | cut -c1-900; echo; done

@@ -21,7 +21,7 @@ from transduce.config import load_config
 from transduce.decoding.translator import Translator
 from transduce.tasks.translation import TranslationTask
 from transduce.training.distributed import Ranks
-from transduce.training.loop import Session
+from transduce.training.loop import Session, train
 from transduce.training.runlog import RunLog
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -150,7 +150,7 @@ def test_a_training_update_on_cuda_never_waits_for_the_gpu(tmp_path, toy_corpus)
 
 def test_cudnn_attention_is_off_on_cuda_unless_the_recipe_asks(tmp_path, toy_corpus):
     """pick_device turns cuDNN's attention off (it plans a kernel per new shape); train.cudnn_attention = true turns
-    it back on for a training run."""
+    it back on for a training run, and only for that run."""
     from transduce.decoding.translator import pick_device
 
     saved = torch.backends.cuda.cudnn_sdp_enabled()
@@ -161,6 +161,14 @@ def test_cudnn_attention_is_off_on_cuda_unless_the_recipe_asks(tmp_path, toy_cor
         run = start(task, tmp_path, "cuda")
         assert torch.backends.cuda.cudnn_sdp_enabled()
         assert run.update(index_groups(task, 1)[0])
+        (tmp_path / "default").mkdir()
+        default = make_task(tmp_path / "default", toy_corpus)
+        start(default, tmp_path / "default", "cuda")
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        recipe = tiny_recipe(tmp_path / "t.toml", toy_corpus, steps=2, save_every=2)
+        config = load_config(recipe, ["train.device=cuda", "train.cudnn_attention=true"])
+        assert train(config, tmp_path / "trained", quiet=True)["step"] == 2
+        assert not torch.backends.cuda.cudnn_sdp_enabled()  # the run's setting ends with the run
     finally:
         torch.backends.cuda.enable_cudnn_sdp(saved)
 

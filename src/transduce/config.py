@@ -183,9 +183,10 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
     compile: bool = False
-    # CUDA: let scaled_dot_product_attention use cuDNN's kernel. Off by default: cuDNN plans a kernel for every new
-    # (batch, length) shape, about 10 ms of host time each, which stalls the first minute of a run (issue 16); the
-    # flash and memory-efficient kernels need no plan. Ignored on CPU.
+    # CUDA: let scaled_dot_product_attention use cuDNN's kernel, for the whole run (its validation decoding too).
+    # Off by default: cuDNN plans a kernel for every new (batch, length) shape (about 10 ms of host time each, issue
+    # 16's profile), which held the first 100 updates of a Multi30k run on an H200 to 1/18 of the steady speed
+    # (BENCHMARKS.md); the flash and memory-efficient kernels need no plan. Ignored on CPU.
     cudnn_attention: bool = False
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     cpu_speed: bool = True  # on CPU, apply model/cpu_speed.py (faster dropout masks, logits workspace, malloc)

@@ -50,12 +50,18 @@ def train(config: Any, run_dir: str | Path, *, quiet: bool = False) -> dict:
     task_cls = task_class_of(config)
     ranks, device = setup_distributed(config.train.device)
     check_precision(config.train, device)
-    with open_run(run_dir, ranks, task_cls.name):
-        runlog = RunLog(run_dir, ranks.main, quiet)
-        task = task_cls.prepare(
-            config, run_dir, main=ranks.main, log=runlog.text if ranks.main else _silent, barrier=ranks.barrier
-        )
-        result = run_training(task, task.config.train, run_dir, ranks=ranks, device=device, runlog=runlog, quiet=quiet)
+    try:
+        with open_run(run_dir, ranks, task_cls.name):
+            runlog = RunLog(run_dir, ranks.main, quiet)
+            task = task_cls.prepare(
+                config, run_dir, main=ranks.main, log=runlog.text if ranks.main else _silent, barrier=ranks.barrier
+            )
+            result = run_training(
+                task, task.config.train, run_dir, ranks=ranks, device=device, runlog=runlog, quiet=quiet
+            )
+    finally:
+        if device.type == "cuda":  # train.cudnn_attention holds for the run only; then pick_device's setting again
+            torch.backends.cuda.enable_cudnn_sdp(False)
     return {**result, "config": task.config}
 
 
@@ -354,6 +360,7 @@ class Session:
             "lr": self.lr,
             "loss": float(w["loss"]) / tok,
             "nll": float(w["nll"]) / tok,
+            "tokens": w["tokens"] * self.ranks.world_size,
             "tokens_per_s": w["tokens"] * self.ranks.world_size / (now - w["time"]),
             "padding_efficiency": w["real"] / max(1, w["padded"]),
             "elapsed": self.elapsed(),
