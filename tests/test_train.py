@@ -221,8 +221,11 @@ def test_training_logs_saves_and_does_nothing_when_finished(tmp_path, toy_corpus
     assert [r["step"] for r in train_records] == [5, 10, 15, 20, 25, 30]
     assert train_records[-1]["loss"] < train_records[0]["loss"]
     assert all(
-        {"lr", "loss", "nll", "ppl", "tokens_per_s", "padding_efficiency", "elapsed"} <= r.keys() for r in train_records
+        {"lr", "loss", "nll", "ppl", "tokens", "tokens_per_s", "padding_efficiency", "elapsed"} <= r.keys()
+        for r in train_records
     )
+    finished = next(ln for ln in (run / "train.log").read_text().splitlines() if ln.startswith("finished"))
+    assert f"; {sum(r['tokens'] for r in train_records):,} target tokens in" in finished  # windows: every update
     valid = [r for r in records if r["kind"] == "valid"]
     assert [r["step"] for r in valid] == [15, 30] and "valid_bleu" in valid[0]
     step_lines = [ln for ln in (run / "train.log").read_text().splitlines() if ln.startswith("step ")]

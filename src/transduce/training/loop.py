@@ -360,7 +360,7 @@ class Session:
             "lr": self.lr,
             "loss": float(w["loss"]) / tok,
             "nll": float(w["nll"]) / tok,
-            "tokens": w["tokens"] * self.ranks.world_size,
+            "tokens": w["tokens"] * self.ranks.world_size,  # under DDP rank 0's count x ranks, as for tokens/s
             "tokens_per_s": w["tokens"] * self.ranks.world_size / (now - w["time"]),
             "padding_efficiency": w["real"] / max(1, w["padded"]),
             "elapsed": self.elapsed(),
