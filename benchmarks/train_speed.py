@@ -119,13 +119,9 @@ def main() -> None:
     peak = matmul_peak(device)
     achieved = tok_s * flops_per_token / 1e9
     # the first 100 updates (warm-up included) against the steady median: the target tokens of updates 1-100 over the
-    # seconds from the session's start (data prepared, model built) to the end of update 100. Logs written before
-    # train records carried "tokens" (2026-11-26) give them back as tokens_per_s x the window's seconds, which also
-    # counts each window's logging time (0.1% more tokens than the run reported, on the runs checked).
+    # seconds from the session's start (data prepared, model built) to the end of update 100
     early = [r for r in records if r["kind"] == "train" and r["step"] <= 100]
-    edges = [0.0] + [r["elapsed"] for r in early]
-    early_tok = sum(r.get("tokens", r["tokens_per_s"] * (b - a)) for r, a, b in zip(early, edges, edges[1:]))
-    first_100 = early_tok / early[-1]["elapsed"] if early and early[-1]["step"] == 100 else None
+    first_100 = sum(r["tokens"] for r in early) / early[-1]["elapsed"] if early and early[-1]["step"] == 100 else None
     report = {
         "model": args.name,
         "overrides": args.set,

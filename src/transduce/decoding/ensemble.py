@@ -50,7 +50,7 @@ class Ensemble(nn.Module):
         for c in (m.config for m in members[1:]):
             if (c.vocab_size, c.pad_id) != (first.vocab_size, first.pad_id):
                 raise ValueError(f"ensemble members differ in vocabulary: {c.vocab_size} and {first.vocab_size} pieces")
-        reads = {tuple(m.pointer_reads()) for m in members}
+        reads = {tuple(m.config.pointer_reads) for m in members}
         if len(reads) > 1:
             raise ValueError(
                 "ensemble members read different source positions with their word pointers: "

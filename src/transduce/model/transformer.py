@@ -420,10 +420,6 @@ class Transformer(nn.Module):
         extra, late = self._split(self._pointed(self._pointer_memory(memory), word_pos))
         return self.output(self._late(self.decoder(tgt_in, memory, src_pad_mask, extra), late))  # (B, T, V)
 
-    def pointer_reads(self) -> list[str]:
-        """The source positions the word pointer reads per decoder step (ModelConfig.pointer_reads)."""
-        return self.config.pointer_reads
-
     def _pointer_memory(self, memory: Tensor) -> Tensor | None:
         """W_p . memory (B, S, D) ([W_p; W_o] . memory, (B, S, 2D), with word_pointer_output), projected once per
         batch, then W_l . memory (word_pointer_last) and W_s . memory (span_pointer) after it on the last axis;
@@ -435,8 +431,9 @@ class Transformer(nn.Module):
 
     def _pointed(self, projected: Tensor | None, word_pos: Tensor | None) -> Tensor | None:
         """The word pointer's input: (W_p . memory)[b, word_pos[b, t]] -> (B, T, D); None without a pointer. With
-        more reads (pointer_reads), `word_pos` has a last axis of that many positions, one gather per read, added."""
-        reads = self.pointer_reads()
+        more reads (ModelConfig.pointer_reads), `word_pos` has a last axis of that many positions, one gather per
+        read, added."""
+        reads = self.config.pointer_reads
         if not reads:
             if word_pos is not None:
                 raise ValueError("word positions given to a model without model.word_pointer")
@@ -475,7 +472,7 @@ class Transformer(nn.Module):
         """Logits (B, T, V); or, given `positions` (flat indices into B*T), logits (len(positions), V) for those
         positions only (training skips the pre-softmax projection of padding). `word_pos` (B, T), models with the
         word pointer only: the source position of the next word to cover at each decoder input ((B, T, C) with more
-        reads than one: see pointer_reads)."""
+        reads than one: see ModelConfig.pointer_reads)."""
         memory = self.encode(src)
         if positions is None:
             return self.decode(tgt_in, memory, self.pad_mask(src), word_pos)  # (B, T, V)
@@ -498,7 +495,7 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache, word_pos: Tensor | None = None) -> Tensor:
         """tokens: (B,) the newest token of each row; `word_pos` (B,), word-pointer models only: the source position
-        of the next word each row has to cover ((B, C) with more reads than one: see pointer_reads). Returns
+        of the next word each row has to cover ((B, C) with more reads than one: see ModelConfig.pointer_reads). Returns
         next-token logits (B, V); updates `cache`."""
         step_pos = None if word_pos is None else word_pos.unsqueeze(1)  # (B, 1) or (B, 1, C): one step
         extra, late = self._split(self._pointed(cache.pointer_memory, step_pos))  # (B, 1, D) each

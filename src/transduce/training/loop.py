@@ -353,6 +353,7 @@ class Session:
         self.check_finite()
         w, now, unit = self.window, time.perf_counter(), self.task.unit
         tok = max(1, w["tokens"])
+        tokens = w["tokens"] * self.ranks.world_size  # under DDP rank 0's count x ranks
         record = {
             "kind": "train",
             "step": self.state.step,
@@ -360,8 +361,8 @@ class Session:
             "lr": self.lr,
             "loss": float(w["loss"]) / tok,
             "nll": float(w["nll"]) / tok,
-            "tokens": w["tokens"] * self.ranks.world_size,  # under DDP rank 0's count x ranks, as for tokens/s
-            "tokens_per_s": w["tokens"] * self.ranks.world_size / (now - w["time"]),
+            "tokens": tokens,
+            "tokens_per_s": tokens / (now - w["time"]),
             "padding_efficiency": w["real"] / max(1, w["padded"]),
             "elapsed": self.elapsed(),
         }
