@@ -607,12 +607,57 @@ def test_pointer_refused_for_translation_and_export(pointer_run, tmp_path):
         check_exportable(task.config.model, task.data.tokenizer)
 
 
-def test_subword_sampling_is_refused_for_parsing(tiny_run):
-    from transduce.training.loop import check_setup
+def test_subword_sampling_cuts_the_training_words_anew_each_epoch(tmp_path, treebank):
+    """train.subword_sampling on a parsing run: each epoch every training word is cut into pieces anew (BPE-dropout),
+    its pieces still spell the word and the word starts follow them, the targets are the prepared ones; the draw is
+    a pure function of (seed, epoch); rate 0 gives back the prepared pieces; a run stopped and resumed equals one
+    straight run, and the option changes what is learnt. Other tasks are still refused."""
+    from types import SimpleNamespace
 
-    _, task = tiny_run
-    with pytest.raises(ConfigError, match="subword_sampling applies to translation runs, not to parsing"):
-        check_setup(task, TrainConfig(subword_sampling=0.1, early_stop_metric="f1"))
+    from safetensors.torch import load_file
+
+    from transduce.training.checkpoint import checkpoint_dirs
+    from transduce.training.loop import check_setup, train
+
+    settings = {"subword_sampling": 0.3, "early_stop_metric": "f1", "max_steps": 24, "save_every": 8}
+    config = tiny_config(*treebank, valid_every=24, valid_max_sentences=3, **settings)
+    config = config.replace(model=dataclasses.replace(config.model, word_pointer=True, word_pointer_last=True))
+    task = prepare_run(config, tmp_path / "probe")
+    check_setup(task, config.train)
+    prepared, sp = task.data.splits["train"], task.data.tokenizer.sp
+    a, b, again = (task.sampled_corpus(seed=1, epoch=e) for e in (0, 1, 0))
+    assert np.array_equal(a.src.ids, again.src.ids) and np.array_equal(a.starts.ids, again.starts.ids)
+    assert not np.array_equal(a.src.ids, b.src.ids)
+    assert a.tgt is prepared.tgt
+    assert a.src.ids.size > prepared.src.ids.size  # dropout leaves merges undone: more pieces
+
+    def spelt(corpus, i):
+        starts = corpus.starts[i]
+        return sp.decode([corpus.src[i][x:y].tolist() for x, y in zip(starts[:-1], starts[1:])])
+
+    for i in range(len(prepared)):
+        assert a.starts[i][-1] == len(a.src[i]) and spelt(a, i) == spelt(prepared, i)
+    task.config = config.replace(train=dataclasses.replace(config.train, subword_sampling=0.0))
+    zero = task.sampled_corpus(seed=1, epoch=0)
+    assert np.array_equal(zero.src.ids, prepared.src.ids) and np.array_equal(zero.starts.ids, prepared.starts.ids)
+
+    def final(run):
+        return load_file(str(checkpoint_dirs(run)[-1] / "model.safetensors"))
+
+    train(config, tmp_path / "straight", quiet=True)
+    stopped = config.replace(train=dataclasses.replace(config.train, max_steps=16))
+    train(stopped, tmp_path / "resumed", quiet=True)
+    train(config, tmp_path / "resumed", quiet=True)
+    x, y = final(tmp_path / "straight"), final(tmp_path / "resumed")
+    assert all(torch.equal(x[k], y[k]) for k in x)
+    plain = config.replace(train=dataclasses.replace(config.train, subword_sampling=0.0))
+    train(plain, tmp_path / "plain", quiet=True)
+    z = final(tmp_path / "plain")
+    assert any(not torch.equal(x[k], z[k]) for k in x)
+
+    other = SimpleNamespace(name="classification", metrics={"loss": ("valid_loss", False)}, has_validation=True)
+    with pytest.raises(ConfigError, match="applies to translation and parsing runs, not to classification"):
+        check_setup(other, TrainConfig(subword_sampling=0.1))
 
 
 def test_untagged_targets_with_the_pointer_parse_and_score(tmp_path, treebank):

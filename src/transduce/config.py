@@ -175,8 +175,9 @@ class TrainConfig:
     save_every: int = 1000
     keep_last: int = 5
     average_last: int = 0  # at the end, average the last N kept checkpoints into RUN/averaged.safetensors (0: no)
-    subword_sampling: float = 0.0  # translation: SentencePiece sampling of the training pairs, drawn anew each epoch
-    # (BPE-dropout rate for a BPE tokenizer, the smoothing alpha for a unigram one; Kudo 2018, Provilkov et al. 2020)
+    subword_sampling: float = 0.0  # SentencePiece sampling of the training text, drawn anew each epoch (translation:
+    # both sides; parsing: the source words) (BPE-dropout rate for a BPE tokenizer, the smoothing alpha for a unigram
+    # one; Kudo 2018, Provilkov et al. 2020)
     log_every: int = 50
     max_minutes: float = 0.0  # stop (and save) after this much wall-clock time; 0 = no limit
     max_epochs: int = 0  # stop after this many passes over the training data; 0 = no limit

@@ -511,6 +511,7 @@ class ParsingTask(SequenceTask):
 
     name: ClassVar[str] = "parsing"
     config_class: ClassVar[type] = ParsingRunConfig
+    samples_subwords: ClassVar[bool] = True  # train.subword_sampling: the source words' pieces, drawn anew each epoch
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "f1": ("valid_f1", True)}
 
     def __init__(self, config: ParsingRunConfig, data: ParseData) -> None:
@@ -524,6 +525,58 @@ class ParsingTask(SequenceTask):
         kinds = data.vocab.constraint().kinds.numpy()
         self.leaves = kinds == LEAF if config.model.word_pointer else None
         self.kinds = kinds if config.model.span_pointer else None  # span_words reads every token's kind
+        self._words: list[list[str | None]] | None = None  # the training words, read back for subword sampling
+
+    def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+        """The epoch's batches; with train.subword_sampling, over the training trees with their words cut into
+        pieces anew for the epoch (the targets, brackets and labels, do not change)."""
+        if self.config.train.subword_sampling > 0:
+            self.corpus = self.sampled_corpus(seed=seed, epoch=epoch)
+        return super().batches(max_tokens=max_tokens, seed=seed, epoch=epoch)
+
+    def training_words(self) -> list[list[str | None]]:
+        """Each training sentence's words as its prepared pieces spell them (the tokenizer's normalisation
+        applied); None for a word with an UNK piece, whose text the pieces no longer hold."""
+        prepared = self.data.splits["train"]
+        spans = [
+            prepared.src[i][a:b].tolist()
+            for i in range(len(prepared))
+            for a, b in zip(prepared.starts[i][:-1], prepared.starts[i][1:])
+        ]
+        texts = self.data.tokenizer.sp.decode(spans) if spans else []
+        flat = iter(None if UNK_ID in span else text for span, text in zip(spans, texts))
+        return [[next(flat) for _ in range(len(prepared.starts[i]) - 1)] for i in range(len(prepared))]
+
+    def sampled_corpus(self, *, seed: int, epoch: int) -> ParseCorpus:
+        """The training trees with every word cut into pieces at random (train.subword_sampling: BPE-dropout for
+        the recipe's BPE pieces), each word on its own as in `encode_words`; a pure function of (seed, epoch), so
+        that a resumed run sees the same pieces. A word with an UNK piece, and a sentence whose sampled pieces
+        exceed data.max_len, keep their prepared pieces."""
+        if self._words is None:
+            self._words = self.training_words()
+        prepared, tokenizer = self.data.splits["train"], self.data.tokenizer
+        draw = seed * 1_000_003 + epoch  # SentencePiece's generator takes one unsigned integer
+        known = [w for sentence in self._words for w in sentence if w is not None]
+        sampled = iter(
+            tokenizer.encode_sampled(known, alpha=self.config.train.subword_sampling, seed=draw % 2**32)
+            if known
+            else []
+        )
+        src: list[list[int]] = []
+        starts: list[list[int]] = []
+        for i, sentence in enumerate(self._words):
+            row: list[int] = []
+            at: list[int] = []
+            kept = prepared.starts[i]
+            for k, word in enumerate(sentence):
+                at.append(len(row))
+                pieces = next(sampled) if word is not None else []
+                row.extend(pieces or prepared.src[i][kept[k] : kept[k + 1]].tolist())
+            if len(row) > self.config.data.max_len:
+                row, at = prepared.src[i].tolist(), kept[:-1].tolist()
+            src.append(row)
+            starts.append([*at, len(row)])
+        return ParseCorpus(TokenArrays.from_lists(src), prepared.tgt, TokenArrays.from_lists(starts))
 
     def collate_pairs(self, corpus: ParallelCorpus, indices: np.ndarray, **options) -> Batch:
         """The pairs as a Batch, with the word pointer's positions (B, T) when the model has one."""

@@ -101,7 +101,7 @@ def check_setup(task: Task, tc: TrainConfig) -> None:
     if tc.early_stop_metric == "bleu" and not tc.valid_bleu:
         raise ConfigError("train.early_stop_metric is 'bleu' but train.valid_bleu is false")
     if tc.subword_sampling and not getattr(task, "samples_subwords", False):
-        raise ConfigError(f"train.subword_sampling applies to translation runs, not to {task.name}")
+        raise ConfigError(f"train.subword_sampling applies to translation and parsing runs, not to {task.name}")
     if tc.patience > 0 and not task.has_validation:
         raise ConfigError(f"train.patience is {tc.patience} but there is no validation data (set data.valid)")
     task.check()
