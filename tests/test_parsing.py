@@ -650,6 +650,10 @@ def test_subword_sampling_cuts_the_training_words_anew_each_epoch(tmp_path, tree
     train(config, tmp_path / "resumed", quiet=True)
     x, y = final(tmp_path / "straight"), final(tmp_path / "resumed")
     assert all(torch.equal(x[k], y[k]) for k in x)
+    draw = sorted((tmp_path / "resumed" / "subwords").iterdir())[-1]  # each epoch's pieces kept for a resume
+    assert sorted(f.name for f in draw.glob("*.npy")) == [
+        f"{p}.{a}.npy" for p in ("src", "starts") for a in ("ids", "offsets")
+    ]
     plain = config.replace(train=dataclasses.replace(config.train, subword_sampling=0.0))
     train(plain, tmp_path / "plain", quiet=True)
     z = final(tmp_path / "plain")

@@ -386,6 +386,33 @@ def test_ddp_two_processes_equal_one_process_with_accumulation(tmp_path, toy_cor
     assert not torch.equal(rng["rng.torch"], rng["rng.torch.rank1"])
 
 
+def test_ddp_ranks_read_the_main_ranks_subword_draw(tmp_path, toy_corpus):
+    """With train.subword_sampling every rank reads the draw the main rank keeps in RUN/subwords (drawing for
+    itself, each rank would get other pieces, other batches, even another number of them): two processes equal one
+    process with accumulation given the same draws."""
+    import shutil
+
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=12, save_every=2, dropout=0.0)
+    sampled = ["--set", "train.subword_sampling=0.3", "--set", "train.max_tokens=1500", "--set", "train.keep_last=10"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29518"]
+        + ["-m", "transduce", "train", str(recipe), "--out", str(tmp_path / "ddp"), *sampled],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(list((tmp_path / "ddp" / "subwords").iterdir())) >= 2  # several epochs, all kept (step 2: epoch 0)
+    single = tmp_path / "single"
+    shutil.copytree(tmp_path / "ddp", single)
+    shutil.rmtree(single / "checkpoints")
+    run_cli("train", str(recipe), "--out", str(single), *sampled, "--set", "train.accumulate=2")
+    a, b = _final_weights(single), _final_weights(tmp_path / "ddp")
+    for name in a:
+        assert torch.allclose(a[name], b[name], atol=1e-5), name
+
+
 def test_each_rank_gets_its_own_seed():
     from transduce.training.distributed import rank_seed
 
@@ -468,32 +495,50 @@ def test_training_projects_only_real_target_positions():
 
 def test_subword_sampling_draws_per_epoch_and_resumes_exactly(tmp_path, toy_corpus):
     """train.subword_sampling: each epoch's pairs are segmented anew (other pieces than the prepared ones, the same
-    text), the draw is a pure function of (seed, epoch), and a run stopped and resumed equals one straight run."""
+    text). SentencePiece's draw cannot be replayed in another process, so each epoch's draw is kept in
+    RUN/subwords: a run stopped and resumed in two other processes equals a straight run given the same draws,
+    and draws that no kept checkpoint can reach are removed."""
+    import shutil
+
+    from transduce.outputs import read_manifest
     from transduce.tasks.base import task_class
 
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=40, save_every=10)
-    config = load_config(recipe, ["train.subword_sampling=0.3"])
+    sampled = ["train.subword_sampling=0.3", "train.keep_last=100", "train.max_tokens=1500"]  # short epochs
+    config = load_config(recipe, sampled)
     task = task_class("translation").prepare(
         config, tmp_path / "probe", main=True, log=lambda _: None, barrier=lambda: None
     )
     prepared = task.data.splits["train"]
     a, b = task.sampled_corpus(seed=1, epoch=0), task.sampled_corpus(seed=1, epoch=1)
-    again = task.sampled_corpus(seed=1, epoch=0)
-    assert np.array_equal(a.src.ids, again.src.ids) and np.array_equal(a.tgt.ids, again.tgt.ids)
     assert not np.array_equal(a.src.ids, b.src.ids)
     assert a.src.ids.size > prepared.src.ids.size  # dropout splits merges: more pieces than the prepared ids
     texts = task.data.texts("train")[0]
     assert task.data.tokenizer.decode([a.src[i].tolist() for i in range(20)]) == texts[:20]
 
-    train(config, tmp_path / "straight", quiet=True)
-    train(load_config(recipe, ["train.subword_sampling=0.3", "train.max_steps=25"]), tmp_path / "resumed", quiet=True)
-    train(config, tmp_path / "resumed", quiet=True)
-    x, y = _final_weights(tmp_path / "straight"), _final_weights(tmp_path / "resumed")
+    resumed = tmp_path / "resumed"
+    options = [x for setting in sampled for x in ("--set", setting)]
+    run_cli("train", str(recipe), "--out", str(resumed), *options, "--set", "train.max_steps=25")
+    run_cli("train", str(recipe), "--out", str(resumed), *options)
+    draws = sorted((resumed / "subwords").iterdir())
+    assert len(draws) >= 2 and read_manifest(draws[0])["rate"] == 0.3  # several epochs, each drawn once
+    straight = tmp_path / "straight"
+    shutil.copytree(resumed, straight)
+    shutil.rmtree(straight / "checkpoints")  # a fresh start in a folder that holds the resumed run's draws
+    train(config, straight, quiet=True)
+    x, y = _final_weights(straight), _final_weights(resumed)
     assert all(torch.equal(x[k], y[k]) for k in x)
     plain = tmp_path / "plain"
-    train(load_config(recipe), plain, quiet=True)
+    train(load_config(recipe, ["train.max_tokens=1500"]), plain, quiet=True)
     unsampled = _final_weights(plain)
     assert any(not torch.equal(unsampled[k], x[k]) for k in x)  # the option changes what is learnt
+    assert not (plain / "subwords").exists()
+
+    pruned = tmp_path / "pruned"  # one checkpoint kept: the draws before it are removed
+    train(load_config(recipe, [sampled[0], sampled[2], "train.keep_last=1"]), pruned, quiet=True)
+    kept = [int(d.name[6:]) for d in sorted((pruned / "subwords").iterdir())]
+    print(f"draws made {len(draws)}, kept with one checkpoint {kept}")
+    assert kept[-1] == int(draws[-1].name[6:]) and len(kept) < len(draws)
 
 
 def test_first_ctrl_c_waits_for_the_update_a_second_interrupts_at_once():

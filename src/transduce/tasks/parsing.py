@@ -512,6 +512,7 @@ class ParsingTask(SequenceTask):
     name: ClassVar[str] = "parsing"
     config_class: ClassVar[type] = ParsingRunConfig
     samples_subwords: ClassVar[bool] = True  # train.subword_sampling: the source words' pieces, drawn anew each epoch
+    sampled_parts: ClassVar[tuple[str, ...]] = ("src", "starts")  # the targets (brackets and labels) do not change
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "f1": ("valid_f1", True)}
 
     def __init__(self, config: ParsingRunConfig, data: ParseData) -> None:
@@ -531,7 +532,7 @@ class ParsingTask(SequenceTask):
         """The epoch's batches; with train.subword_sampling, over the training trees with their words cut into
         pieces anew for the epoch (the targets, brackets and labels, do not change)."""
         if self.config.train.subword_sampling > 0:
-            self.corpus = self.sampled_corpus(seed=seed, epoch=epoch)
+            self.corpus = self.epoch_corpus(seed=seed, epoch=epoch)
         return super().batches(max_tokens=max_tokens, seed=seed, epoch=epoch)
 
     def training_words(self) -> list[list[str | None]]:
@@ -549,9 +550,9 @@ class ParsingTask(SequenceTask):
 
     def sampled_corpus(self, *, seed: int, epoch: int) -> ParseCorpus:
         """The training trees with every word cut into pieces at random (train.subword_sampling: BPE-dropout for
-        the recipe's BPE pieces), each word on its own as in `encode_words`; a pure function of (seed, epoch), so
-        that a resumed run sees the same pieces. A word with an UNK piece, and a sentence whose sampled pieces
-        exceed data.max_len, keep their prepared pieces."""
+        the recipe's BPE pieces), each word on its own as in `encode_words`, drawn from (seed, epoch) (the same
+        within one process only: `epoch_corpus` keeps each draw). A word with an UNK piece, and a sentence whose
+        sampled pieces exceed data.max_len, keep their prepared pieces."""
         if self._words is None:
             self._words = self.training_words()
         prepared, tokenizer = self.data.splits["train"], self.data.tokenizer
@@ -627,7 +628,9 @@ class ParsingTask(SequenceTask):
             if not frozen:
                 data.vocab.save(run_dir / TARGET_VOCAB)
                 data.tokenizer.copy_to(run_dir / "tokenizer.model")
-        return cls(config, data)
+        task = cls(config, data)
+        task.attach(run_dir, main=main, barrier=barrier)
+        return task
 
     @torch.no_grad()
     def validate(self, model: Transformer, device: torch.device) -> dict[str, float]:

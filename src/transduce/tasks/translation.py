@@ -4,6 +4,7 @@ Transformer, label-smoothed cross-entropy over target tokens, validation loss an
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -14,13 +15,17 @@ import numpy as np
 import torch
 
 from ..config import Config, ConfigError, read_config, save_config
-from ..data import Batch, ParallelCorpus, Prepared, TokenArrays, collate, prepare
+from ..data import Batch, DataError, ParallelCorpus, Prepared, TokenArrays, collate, prepare
 from ..data.batching import make_batches
 from ..decoding.translator import Translator
 from ..metrics import score
 from ..model import Transformer
+from ..outputs import atomic_folder, read_manifest, remove_own_folder
+from ..training.checkpoint import checkpoint_dirs
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
+
+SUBWORDS, DRAW = "subwords", "subword draw"  # RUN/subwords/epoch-N: one epoch's pieces under train.subword_sampling
 
 
 class SequenceTask:
@@ -29,9 +34,60 @@ class SequenceTask:
     validation loss. Subclasses add their data, their validation score and their predictor."""
 
     unit: ClassVar[str] = "target tokens"  # what the loss is normalised by (Batch.n_tokens)
+    sampled_parts: ClassVar[tuple[str, ...]] = ("src", "tgt")  # the corpus fields train.subword_sampling redraws
     config: Any
+    data: Any
     corpus: ParallelCorpus
     splits: dict[str, ParallelCorpus]
+    # set by `attach` (prepare): where the epochs' subword draws are kept, whether this is the main rank, the barrier
+    run_dir: Path | None = None
+    main: bool = True
+    barrier: Callable[[], None] = staticmethod(lambda: None)
+
+    def attach(self, run_dir: Path, *, main: bool, barrier: Callable[[], None]) -> None:
+        self.run_dir, self.main, self.barrier = Path(run_dir), main, barrier
+
+    def sampled_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
+        raise NotImplementedError  # translation and parsing draw their own
+
+    def epoch_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
+        """The training corpus of `epoch` under train.subword_sampling. SentencePiece's sampler cannot be replayed:
+        the same seed gives other pieces in another process (its generator mixes in per-process state; measured with
+        sentencepiece 0.2.3). So the main rank draws each epoch once and keeps it in RUN/subwords/epoch-N, which
+        every rank reads, and a resumed run reads again: the ranks see the same pieces and a resume is exact. A draw
+        is reused only with the rate and seed it was made with; draws older than both this epoch and the oldest
+        kept checkpoint are removed (no resume can reach them)."""
+        if self.run_dir is None:  # a task made outside `prepare` (no run directory): draw in memory
+            return self.sampled_corpus(seed=seed, epoch=epoch)
+        folder = self.run_dir / SUBWORDS / f"epoch-{epoch:06d}"
+        made_with = {"rate": self.config.train.subword_sampling, "seed": seed, "epoch": epoch}
+        if self.main:
+            found = read_manifest(folder)
+            if found is None or {k: found.get(k) for k in made_with} != made_with:
+                drawn = self.sampled_corpus(seed=seed, epoch=epoch)
+                with atomic_folder(folder, DRAW, **made_with) as tmp:
+                    for part in self.sampled_parts:
+                        getattr(drawn, part).save(tmp / part)
+            self._prune_draws(epoch)
+        self.barrier()
+        try:
+            parts = {part: TokenArrays.load(folder / part) for part in self.sampled_parts}
+        except (OSError, ValueError) as err:
+            raise DataError(f"{folder}: cannot read this epoch's subword draw ({err})") from None
+        return dataclasses.replace(self.data.splits["train"], **parts)
+
+    def _prune_draws(self, epoch: int) -> None:
+        assert self.run_dir is not None
+        keep = epoch
+        oldest = checkpoint_dirs(self.run_dir)[:1]
+        if oldest:
+            try:
+                keep = min(keep, int(json.loads((oldest[0] / "trainer.json").read_text(encoding="utf-8"))["epoch"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                return  # unreadable: keep every draw
+        for folder in (self.run_dir / SUBWORDS).glob("epoch-*"):
+            if folder.name[6:].isdigit() and int(folder.name[6:]) < keep:
+                remove_own_folder(folder, DRAW)
 
     def check(self) -> None:
         """Every training and validation pair must fit the model's positions (+1 for EOS on the source side and
@@ -121,13 +177,13 @@ class TranslationTask(SequenceTask):
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
         """The epoch's batches; with train.subword_sampling, over the training pairs segmented anew for the epoch."""
         if self.config.train.subword_sampling > 0:
-            self.corpus = self.sampled_corpus(seed=seed, epoch=epoch)
+            self.corpus = self.epoch_corpus(seed=seed, epoch=epoch)
         return super().batches(max_tokens=max_tokens, seed=seed, epoch=epoch)
 
     def sampled_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
-        """The training pairs with both sides segmented at random (train.subword_sampling), a pure function of
-        (seed, epoch) so that a resumed run sees the same pieces. A pair whose sampled segmentation exceeds
-        data.max_len keeps its prepared ids."""
+        """The training pairs with both sides segmented at random (train.subword_sampling), drawn from (seed,
+        epoch): the same within one process only (see `epoch_corpus`, which keeps each draw). A pair whose sampled
+        segmentation exceeds data.max_len keeps its prepared ids."""
         if self._texts is None:
             self._texts = self.data.texts("train")
         alpha, tokenizer = self.config.train.subword_sampling, self.data.tokenizer
@@ -177,7 +233,9 @@ class TranslationTask(SequenceTask):
             save_config(config, config_path)
             if not frozen:
                 data.tokenizer.copy_to(run_dir / "tokenizer.model")
-        return cls(config, data)
+        task = cls(config, data)
+        task.attach(run_dir, main=main, barrier=barrier)
+        return task
 
     @torch.no_grad()
     def validate(self, model: Transformer, device: torch.device) -> dict[str, float]:
