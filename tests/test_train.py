@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import signal
@@ -386,12 +387,10 @@ def test_ddp_two_processes_equal_one_process_with_accumulation(tmp_path, toy_cor
     assert not torch.equal(rng["rng.torch"], rng["rng.torch.rank1"])
 
 
-def test_ddp_ranks_read_the_main_ranks_subword_draw(tmp_path, toy_corpus):
+def test_ddp_ranks_read_the_main_ranks_subword_draw(tmp_path, toy_corpus, monkeypatch):
     """With train.subword_sampling every rank reads the draw the main rank keeps in RUN/subwords (drawing for
     itself, each rank would get other pieces, other batches, even another number of them): two processes equal one
     process with accumulation given the same draws."""
-    import shutil
-
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=12, save_every=2, dropout=0.0)
     sampled = ["--set", "train.subword_sampling=0.3", "--set", "train.max_tokens=1500", "--set", "train.keep_last=10"]
     proc = subprocess.run(
@@ -404,10 +403,9 @@ def test_ddp_ranks_read_the_main_ranks_subword_draw(tmp_path, toy_corpus):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(list((tmp_path / "ddp" / "subwords").iterdir())) >= 2  # several epochs, all kept (step 2: epoch 0)
+    _replay_draws(monkeypatch, tmp_path / "ddp")
     single = tmp_path / "single"
-    shutil.copytree(tmp_path / "ddp", single)
-    shutil.rmtree(single / "checkpoints")
-    run_cli("train", str(recipe), "--out", str(single), *sampled, "--set", "train.accumulate=2")
+    train(load_config(recipe, [*sampled[1::2], "train.accumulate=2"]), single, quiet=True)
     a, b = _final_weights(single), _final_weights(tmp_path / "ddp")
     for name in a:
         assert torch.allclose(a[name], b[name], atol=1e-5), name
@@ -493,7 +491,7 @@ def test_training_projects_only_real_target_positions():
     assert torch.allclose(loss, loss_sel, atol=1e-5)
 
 
-def test_subword_sampling_draws_per_epoch_and_resumes_exactly(tmp_path, toy_corpus):
+def test_subword_sampling_draws_per_epoch_and_resumes_exactly(tmp_path, toy_corpus, monkeypatch):
     """train.subword_sampling: each epoch's pairs are segmented anew (other pieces than the prepared ones, the same
     text). SentencePiece's draw cannot be replayed in another process, so each epoch's draw is kept in
     RUN/subwords: a run stopped and resumed in two other processes equals a straight run given the same draws,
@@ -522,23 +520,41 @@ def test_subword_sampling_draws_per_epoch_and_resumes_exactly(tmp_path, toy_corp
     run_cli("train", str(recipe), "--out", str(resumed), *options)
     draws = sorted((resumed / "subwords").iterdir())
     assert len(draws) >= 2 and read_manifest(draws[0])["rate"] == 0.3  # several epochs, each drawn once
-    straight = tmp_path / "straight"
-    shutil.copytree(resumed, straight)
-    shutil.rmtree(straight / "checkpoints")  # a fresh start in a folder that holds the resumed run's draws
+    stale = tmp_path / "stale"  # a fresh start in a folder that holds an earlier attempt's draws does not use them
+    shutil.copytree(resumed, stale)
+    shutil.rmtree(stale / "checkpoints")
+    task_class("translation").prepare(config, stale, main=True, log=lambda _: None, barrier=lambda: None)
+    assert not list((stale / "subwords").glob("epoch-*"))
+    straight = tmp_path / "straight"  # this process drawing what the two others drew: the same weights
+    _replay_draws(monkeypatch, resumed)
     train(config, straight, quiet=True)
     x, y = _final_weights(straight), _final_weights(resumed)
     assert all(torch.equal(x[k], y[k]) for k in x)
+    monkeypatch.undo()
     plain = tmp_path / "plain"
     train(load_config(recipe, ["train.max_tokens=1500"]), plain, quiet=True)
     unsampled = _final_weights(plain)
     assert any(not torch.equal(unsampled[k], x[k]) for k in x)  # the option changes what is learnt
     assert not (plain / "subwords").exists()
 
-    pruned = tmp_path / "pruned"  # one checkpoint kept: the draws before it are removed
+    pruned = tmp_path / "pruned"  # one checkpoint kept: the draws before its epoch are removed, not its own
     train(load_config(recipe, [sampled[0], sampled[2], "train.keep_last=1"]), pruned, quiet=True)
     kept = [int(d.name[6:]) for d in sorted((pruned / "subwords").iterdir())]
-    print(f"draws made {len(draws)}, kept with one checkpoint {kept}")
-    assert kept[-1] == int(draws[-1].name[6:]) and len(kept) < len(draws)
+    assert 0 < kept[0] <= json.loads((checkpoint_dirs(pruned)[0] / "trainer.json").read_text())["epoch"]
+
+
+def _replay_draws(monkeypatch, run: Path) -> None:
+    """This process's sampler made to give what `run` drew (its RUN/subwords), as if SentencePiece's could be
+    replayed."""
+    from transduce.data import TokenArrays
+    from transduce.tasks.translation import TranslationTask
+
+    def replay(self, *, seed: int, epoch: int):
+        folder = run / "subwords" / f"epoch-{epoch:06d}"
+        parts = {part: TokenArrays.load(folder / part) for part in self.sampled_parts}
+        return dataclasses.replace(self.data.splits["train"], **parts)
+
+    monkeypatch.setattr(TranslationTask, "sampled_corpus", replay)
 
 
 def test_first_ctrl_c_waits_for_the_update_a_second_interrupts_at_once():

@@ -629,7 +629,7 @@ class ParsingTask(SequenceTask):
                 data.vocab.save(run_dir / TARGET_VOCAB)
                 data.tokenizer.copy_to(run_dir / "tokenizer.model")
         task = cls(config, data)
-        task.attach(run_dir, main=main, barrier=barrier)
+        task.attach(run_dir, main=main, barrier=barrier, fresh=not frozen)
         return task
 
     @torch.no_grad()

@@ -4,8 +4,8 @@ Transformer, label-smoothed cross-entropy over target tokens, validation loss an
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
+import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -21,7 +21,7 @@ from ..decoding.translator import Translator
 from ..metrics import score
 from ..model import Transformer
 from ..outputs import atomic_folder, read_manifest, remove_own_folder
-from ..training.checkpoint import checkpoint_dirs
+from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
 
@@ -44,8 +44,13 @@ class SequenceTask:
     main: bool = True
     barrier: Callable[[], None] = staticmethod(lambda: None)
 
-    def attach(self, run_dir: Path, *, main: bool, barrier: Callable[[], None]) -> None:
+    def attach(self, run_dir: Path, *, main: bool, barrier: Callable[[], None], fresh: bool) -> None:
+        """Where the draws go. A run that starts afresh (no checkpoint) may have other data than an earlier attempt
+        in the same folder: the main rank removes that attempt's draws."""
         self.run_dir, self.main, self.barrier = Path(run_dir), main, barrier
+        if main and fresh:
+            for folder in (self.run_dir / SUBWORDS).glob("epoch-*"):
+                remove_own_folder(folder, DRAW)
 
     def sampled_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
         raise NotImplementedError  # translation and parsing draw their own
@@ -62,6 +67,8 @@ class SequenceTask:
         folder = self.run_dir / SUBWORDS / f"epoch-{epoch:06d}"
         made_with = {"rate": self.config.train.subword_sampling, "seed": seed, "epoch": epoch}
         if self.main:
+            for stale in [*folder.parent.glob(".tmp-epoch-*"), *folder.parent.glob(".old-epoch-*")]:
+                shutil.rmtree(stale, ignore_errors=True)  # left by a run killed while saving a draw
             found = read_manifest(folder)
             if found is None or {k: found.get(k) for k in made_with} != made_with:
                 drawn = self.sampled_corpus(seed=seed, epoch=epoch)
@@ -70,21 +77,24 @@ class SequenceTask:
                         getattr(drawn, part).save(tmp / part)
             self._prune_draws(epoch)
         self.barrier()
+        prepared = self.data.splits["train"]
         try:
             parts = {part: TokenArrays.load(folder / part) for part in self.sampled_parts}
         except (OSError, ValueError) as err:
             raise DataError(f"{folder}: cannot read this epoch's subword draw ({err})") from None
-        return dataclasses.replace(self.data.splits["train"], **parts)
+        if any(len(arr) != len(prepared) for arr in parts.values()):
+            raise DataError(f"{folder}: this subword draw is not of this run's {len(prepared):,} training examples")
+        return dataclasses.replace(prepared, **parts)
 
     def _prune_draws(self, epoch: int) -> None:
         assert self.run_dir is not None
         keep = epoch
         oldest = checkpoint_dirs(self.run_dir)[:1]
         if oldest:
-            try:
-                keep = min(keep, int(json.loads((oldest[0] / "trainer.json").read_text(encoding="utf-8"))["epoch"]))
-            except (OSError, ValueError, KeyError, TypeError):
+            resumes_into = checkpoint_epoch(oldest[0])
+            if resumes_into is None:
                 return  # unreadable: keep every draw
+            keep = min(epoch, resumes_into)
         for folder in (self.run_dir / SUBWORDS).glob("epoch-*"):
             if folder.name[6:].isdigit() and int(folder.name[6:]) < keep:
                 remove_own_folder(folder, DRAW)
@@ -234,7 +244,7 @@ class TranslationTask(SequenceTask):
             if not frozen:
                 data.tokenizer.copy_to(run_dir / "tokenizer.model")
         task = cls(config, data)
-        task.attach(run_dir, main=main, barrier=barrier)
+        task.attach(run_dir, main=main, barrier=barrier, fresh=not frozen)
         return task
 
     @torch.no_grad()

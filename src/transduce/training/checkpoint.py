@@ -7,6 +7,7 @@
     RUN/best.safetensors (+ .json)      the best weights by the validation metric
     RUN/averaged.safetensors (+ .json)  written by `transduce average`
     RUN/metrics.jsonl, RUN/train.log    one JSON line per log step; a human-readable log
+    RUN/subwords/epoch-000003/          train.subword_sampling: that epoch's pieces (tasks/translation.py)
 
 Every file is written to a temporary name and renamed into place; a checkpoint folder appears only when complete,
 so a kill at any moment leaves the previous checkpoint loadable. Nothing here unpickles anything.
@@ -125,6 +126,14 @@ def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
         return []
     found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit()]
     return sorted((p for p in found if (p / "model.safetensors").is_file()), key=lambda p: int(p.name[5:]))
+
+
+def checkpoint_epoch(path: Path) -> int | None:
+    """The epoch a checkpoint resumes into (passes completed), or None when its trainer.json cannot be read."""
+    try:
+        return int(json.loads((path / "trainer.json").read_text(encoding="utf-8"))["epoch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def save_checkpoint(
