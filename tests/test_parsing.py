@@ -609,9 +609,10 @@ def test_pointer_refused_for_translation_and_export(pointer_run, tmp_path):
 
 def test_subword_sampling_cuts_the_training_words_anew_each_epoch(tmp_path, treebank):
     """train.subword_sampling on a parsing run: each epoch every training word is cut into pieces anew (BPE-dropout),
-    its pieces still spell the word and the word starts follow them, the targets are the prepared ones; the draw is
-    a pure function of (seed, epoch); rate 0 gives back the prepared pieces; a run stopped and resumed equals one
-    straight run, and the option changes what is learnt. Other tasks are still refused."""
+    its pieces still spell the word and the word starts follow them, the targets are the prepared ones; within one
+    process the draw repeats for (seed, epoch); rate 0 gives back the prepared pieces; a run stopped and resumed
+    (here in one process; tests/test_train.py resumes across processes) equals one straight run and keeps its draws
+    (src and starts), and the option changes what is learnt. Other tasks are still refused."""
     from types import SimpleNamespace
 
     from safetensors.torch import load_file
