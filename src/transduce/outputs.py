@@ -122,6 +122,12 @@ def _replace_folder(new: Path, final: Path, kind: str) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def remove_leftovers(parent: Path, stem: str) -> None:
+    """Remove the temporary folders `atomic_folder` leaves beside `parent / (stem...)` when killed mid-save."""
+    for stale in [*parent.glob(f".tmp-{stem}*"), *parent.glob(f".old-{stem}*")]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def remove_own_folder(path: Path, kind: str) -> bool:
     """Delete `path` only when its manifest says it is our output of `kind` (old checkpoints). Returns whether."""
     manifest = read_manifest(path)

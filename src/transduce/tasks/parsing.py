@@ -511,8 +511,7 @@ class ParsingTask(SequenceTask):
 
     name: ClassVar[str] = "parsing"
     config_class: ClassVar[type] = ParsingRunConfig
-    samples_subwords: ClassVar[bool] = True  # train.subword_sampling: the source words' pieces, drawn anew each epoch
-    sampled_parts: ClassVar[tuple[str, ...]] = ("src", "starts")  # the targets (brackets and labels) do not change
+    sampled_parts: ClassVar[tuple[str, ...]] = ("src", "starts")  # subword sampling redraws the source words' pieces
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "f1": ("valid_f1", True)}
 
     def __init__(self, config: ParsingRunConfig, data: ParseData) -> None:
@@ -527,13 +526,6 @@ class ParsingTask(SequenceTask):
         self.leaves = kinds == LEAF if config.model.word_pointer else None
         self.kinds = kinds if config.model.span_pointer else None  # span_words reads every token's kind
         self._words: list[list[str | None]] | None = None  # the training words, read back for subword sampling
-
-    def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
-        """The epoch's batches; with train.subword_sampling, over the training trees with their words cut into
-        pieces anew for the epoch (the targets, brackets and labels, do not change)."""
-        if self.config.train.subword_sampling > 0:
-            self.corpus = self.epoch_corpus(seed=seed, epoch=epoch)
-        return super().batches(max_tokens=max_tokens, seed=seed, epoch=epoch)
 
     def training_words(self) -> list[list[str | None]]:
         """Each training sentence's words as its prepared pieces spell them (the tokenizer's normalisation
@@ -556,10 +548,11 @@ class ParsingTask(SequenceTask):
         if self._words is None:
             self._words = self.training_words()
         prepared, tokenizer = self.data.splits["train"], self.data.tokenizer
-        draw = seed * 1_000_003 + epoch  # SentencePiece's generator takes one unsigned integer
         known = [w for sentence in self._words for w in sentence if w is not None]
         sampled = iter(
-            tokenizer.encode_sampled(known, alpha=self.config.train.subword_sampling, seed=draw % 2**32)
+            tokenizer.encode_sampled(
+                known, alpha=self.config.train.subword_sampling, seed=self.sampler_seed(seed, epoch)
+            )
             if known
             else []
         )

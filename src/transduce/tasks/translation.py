@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -20,7 +19,7 @@ from ..data.batching import make_batches
 from ..decoding.translator import Translator
 from ..metrics import score
 from ..model import Transformer
-from ..outputs import atomic_folder, read_manifest, remove_own_folder
+from ..outputs import atomic_folder, read_manifest, remove_leftovers, remove_own_folder
 from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
@@ -34,6 +33,7 @@ class SequenceTask:
     validation loss. Subclasses add their data, their validation score and their predictor."""
 
     unit: ClassVar[str] = "target tokens"  # what the loss is normalised by (Batch.n_tokens)
+    samples_subwords: ClassVar[bool] = True  # train.subword_sampling applies
     sampled_parts: ClassVar[tuple[str, ...]] = ("src", "tgt")  # the corpus fields train.subword_sampling redraws
     config: Any
     data: Any
@@ -55,6 +55,11 @@ class SequenceTask:
     def sampled_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
         raise NotImplementedError  # translation and parsing draw their own
 
+    @staticmethod
+    def sampler_seed(seed: int, epoch: int) -> int:
+        """The epoch's seed for SentencePiece's generator (one unsigned integer; repeatable within a process only)."""
+        return (seed * 1_000_003 + epoch) % 2**32
+
     def epoch_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
         """The training corpus of `epoch` under train.subword_sampling. SentencePiece's sampler cannot be replayed:
         the same seed gives other pieces in another process (its generator mixes in per-process state; measured with
@@ -67,8 +72,7 @@ class SequenceTask:
         folder = self.run_dir / SUBWORDS / f"epoch-{epoch:06d}"
         made_with = {"rate": self.config.train.subword_sampling, "seed": seed, "epoch": epoch}
         if self.main:
-            for stale in [*folder.parent.glob(".tmp-epoch-*"), *folder.parent.glob(".old-epoch-*")]:
-                shutil.rmtree(stale, ignore_errors=True)  # left by a run killed while saving a draw
+            remove_leftovers(folder.parent, "epoch-")  # left by a run killed while saving a draw
             found = read_manifest(folder)
             if found is None or {k: found.get(k) for k in made_with} != made_with:
                 drawn = self.sampled_corpus(seed=seed, epoch=epoch)
@@ -119,6 +123,9 @@ class SequenceTask:
         return Transformer(self.config.model)
 
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+        """The epoch's batches; with train.subword_sampling, over the epoch's draw (`epoch_corpus`)."""
+        if self.config.train.subword_sampling > 0:
+            self.corpus = self.epoch_corpus(seed=seed, epoch=epoch)
         return make_batches(
             self.corpus.src_lengths, self.corpus.tgt_lengths, max_tokens=max_tokens, seed=seed, epoch=epoch
         )
@@ -173,7 +180,6 @@ class TranslationTask(SequenceTask):
 
     name: ClassVar[str] = "translation"
     config_class: ClassVar[type] = Config
-    samples_subwords: ClassVar[bool] = True  # train.subword_sampling
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "bleu": ("valid_bleu", True)}
 
     def __init__(self, config: Config, data: Prepared) -> None:
@@ -184,12 +190,6 @@ class TranslationTask(SequenceTask):
         self.description = f"{len(self.corpus):,} training pairs"
         self._texts: tuple[list[str], list[str]] | None = None  # the training text, read for subword sampling
 
-    def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
-        """The epoch's batches; with train.subword_sampling, over the training pairs segmented anew for the epoch."""
-        if self.config.train.subword_sampling > 0:
-            self.corpus = self.epoch_corpus(seed=seed, epoch=epoch)
-        return super().batches(max_tokens=max_tokens, seed=seed, epoch=epoch)
-
     def sampled_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
         """The training pairs with both sides segmented at random (train.subword_sampling), drawn from (seed,
         epoch): the same within one process only (see `epoch_corpus`, which keeps each draw). A pair whose sampled
@@ -198,7 +198,7 @@ class TranslationTask(SequenceTask):
             self._texts = self.data.texts("train")
         alpha, tokenizer = self.config.train.subword_sampling, self.data.tokenizer
         prepared = self.data.splits["train"]
-        draw = seed * 1_000_003 + epoch  # SentencePiece's generator takes one unsigned integer
+        draw = self.sampler_seed(seed, epoch)
         sides = [
             tokenizer.encode_sampled(texts, alpha=alpha, seed=(2 * draw + k) % 2**32)
             for k, texts in enumerate(self._texts)

@@ -16,14 +16,13 @@ so a kill at any moment leaves the previous checkpoint loadable. Nothing here un
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file, save_model
 
-from ..outputs import OutputError, atomic_folder, atomic_write, atomic_write_text, remove_own_folder
+from ..outputs import OutputError, atomic_folder, atomic_write, atomic_write_text, remove_leftovers, remove_own_folder
 
 __all__ = [
     "CheckpointError",
@@ -148,8 +147,7 @@ def save_checkpoint(
 ) -> Path:
     root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
-    for stale in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:  # left by a run killed while saving
-        shutil.rmtree(stale, ignore_errors=True)
+    remove_leftovers(root, "step-")  # left by a run killed while saving
     final = root / f"step-{step:08d}"
     with atomic_folder(final, "checkpoint") as tmp:
         save_model(model, str(tmp / "model.safetensors"), metadata={"transduce": "weights", "step": str(step)})
