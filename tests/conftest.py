@@ -89,15 +89,18 @@ def run_cli(*args, check=True, **kw) -> subprocess.CompletedProcess:
     return proc
 
 
-def train_toy_run(tmp: Path, steps: int) -> tuple[Path, Path]:
-    """A tiny model (2 layers, d_model 64) trained for `steps` updates on the toy corpus: (run, corpus)."""
+def train_toy_run(
+    tmp: Path, steps: int, *, n_train: int = 600, n_test: int = 30, settings: tuple[str, ...] = ()
+) -> tuple[Path, Path]:
+    """A tiny model (2 layers, d_model 64) trained for `steps` updates on the toy corpus: (run, corpus).
+    `settings`: more `--set` overrides of the tiny recipe."""
     corpus = tmp / "corpus"
     corpus.mkdir()
-    write_corpus(corpus, "train", 600, seed=0)
+    write_corpus(corpus, "train", n_train, seed=0)
     write_corpus(corpus, "valid", 40, seed=1)
-    write_corpus(corpus, "test", 30, seed=2)
+    write_corpus(corpus, "test", n_test, seed=2)
     recipe = tiny_recipe(tmp / "recipe.toml", corpus, steps=steps, save_every=50, valid_every=125)
-    shape = ["model.d_model=64", "model.d_ff=128", "model.n_layers=2"]
+    shape = ["model.d_model=64", "model.d_ff=128", "model.n_layers=2", *settings]
     run_cli("train", str(recipe), "--out", str(tmp / "run"), *[arg for s in shape for arg in ("--set", s)])
     return tmp / "run", corpus
 

@@ -160,25 +160,33 @@ def test_gnmt_length_penalty_is_refused_for_beam_search_only(exports):
 
 @pytest.fixture(scope="module")
 def converged_run(tmp_path_factory):
-    """The toy model trained for 2,000 updates instead of 250: int8 agreement is measured on a model that has
-    learnt the task, not on the near-ties of an undertrained one (at 250 updates int8 greedy agreed on 29/30
-    sentences on an AMD EPYC and 26/30 on an Intel Xeon with AVX-512 VNNI, whose int8 kernels round otherwise)."""
-    return train_toy_run(tmp_path_factory.mktemp("converged"), steps=2000)
+    """A small model that has learnt the toy task: 4,000 training pairs instead of 600, 2,000 updates at peak rate
+    ~8e-4 (lr_scale 0.3), 100 test sentences. It gets most of them exactly right (about 85-90%), so int8 agreement is
+    measured where the model is sure, not on the near-ties of an undertrained one (the earlier model here, 600 pairs
+    and lr_scale 0.1, got 58% right and int8 beam 4 agreed with float32 on 28/30 sentences, AMD EPYC, 2026-11-26)."""
+    return train_toy_run(
+        tmp_path_factory.mktemp("converged"), steps=2000, n_train=4000, n_test=100, settings=("train.lr_scale=0.3",)
+    )
 
 
 def test_int8_translations_agree_with_float32(converged_run, tmp_path):
-    """Greedy: int8 weights against our float32 model (>= 95%). Beam 4: against the float32 export, the same search
-    (>= 80%: whole hypotheses of a tiny model still have near-ties; measured 28/30 on the Intel Xeon)."""
+    """The issue's bar: >= 95% of sentences identical to our float32 translator under int8, greedy and beam 4 (with
+    the length penalty both engines share). Measured on a wider sample of 300 toy sentences (AMD EPYC, 2026-11-26):
+    greedy 293/300, beam 4 299/300. On trained Multi30k models agreement is lower (90.8-93.4% beam 4, BENCHMARKS.md):
+    their near-ties are many more."""
     run, corpus = converged_run
     ours, sources = Translator.from_run(run, device="cpu"), (corpus / "test.en").read_text().splitlines()
+    references = (corpus / "test.xx").read_text().splitlines()
     int8 = CTranslate2Translator(export_ctranslate2(run, tmp_path / "int8", quantization="int8"), threads=THREADS)
-    float32 = CTranslate2Translator(export_ctranslate2(run, tmp_path / "float32"), threads=THREADS)
     assert int8.compute_type == "int8"
-    greedy = sum(a == b for a, b in zip(int8.translate(sources, beam=1), ours.translate(sources, beam=1)))
     beam = {"beam": 4, "length_penalty": "length"}
-    beam4 = sum(a == b for a, b in zip(int8.translate(sources, **beam), float32.translate(sources, **beam)))
-    print(f"int8: greedy {greedy}/{len(sources)}, beam 4 {beam4}/{len(sources)} identical")
-    assert greedy >= 0.95 * len(sources) and beam4 >= 0.8 * len(sources)
+    ours_greedy, ours_beam = ours.translate(sources, beam=1), ours.translate(sources, **beam)
+    learnt = sum(a == b for a, b in zip(ours_beam, references))
+    greedy = sum(a == b for a, b in zip(int8.translate(sources, beam=1), ours_greedy))
+    beam4 = sum(a == b for a, b in zip(int8.translate(sources, **beam), ours_beam))
+    print(f"{learnt}/{len(sources)} right; int8: greedy {greedy}, beam 4 {beam4} identical")
+    assert learnt >= 0.75 * len(sources)  # the model has learnt the task
+    assert greedy >= 0.95 * len(sources) and beam4 >= 0.95 * len(sources)
 
 
 @pytest.mark.parametrize(
