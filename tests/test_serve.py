@@ -535,3 +535,57 @@ def test_sigterm_finishes_in_flight_requests(tmp_path):
             proc.kill()
     assert answers and answers[0].status_code == 200
     assert answers[0].json()["translations"][0]["text"] == "cba"
+
+
+# ---------------------------------------------------------------------------------------------------- the command
+def listening_address(port: int) -> str | None:
+    """The IPv4 address a socket listening on `port` is bound to, read from /proc/net/tcp (Linux)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        address, hex_port = fields[1].split(":")
+        if int(hex_port, 16) == port and fields[3] == "0A":  # state 0A: LISTEN
+            return socket.inet_ntoa(bytes.fromhex(address)[::-1])  # the kernel writes it little-endian
+    return None
+
+
+def test_the_serve_command_binds_loopback_and_translates(trained_run, translator, sentences):
+    """`transduce serve RUN --port P` as a user types it: bound to 127.0.0.1 by default (no --host), the answers
+    are the translator's, and SIGTERM ends it."""
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
+    command = [sys.executable, "-m", "transduce", "serve", str(trained_run[0]), "--port", str(port), "--device", "cpu"]
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_up(url, proc)
+        if Path("/proc/net/tcp").exists():
+            assert listening_address(port) == "127.0.0.1"
+        info = httpx.get(url + "/v1/info", timeout=10.0).json()
+        assert info["task"] == "translation" and info["engine"] == "torch"
+        answer = httpx.post(url + "/v1/translate", json={"text": sentences[:3], "beam": 2}, timeout=60.0)
+        assert [t["text"] for t in answer.json()["translations"]] == translator.translate(sentences[:3], beam=2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30.0) in (0, -signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_the_load_benchmark_runs_both_modes(trained_run, tmp_path):
+    """benchmarks/serve_load.py, bounded and small: both modes answer every request, and the figures are there."""
+    import json
+
+    source = tmp_path / "sources.txt"
+    source.write_text((trained_run[1] / "test.en").read_text())
+    script = ROOT / "benchmarks" / "serve_load.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
+    args = [str(trained_run[0]), "--src", str(source), "--clients", "4", "--requests", "12", "--device", "cpu"]
+    proc = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert [r["batching"] for r in report["results"]] == [False, True]
+    for result in report["results"]:
+        assert result["requests"] == 12 and result["failed"] == 0
+        assert result["server_batching"]["enabled"] is result["batching"]
+        assert 0 < result["latency_ms"]["p50"] <= result["latency_ms"]["p95"] <= result["latency_ms"]["p99"]
+    assert report["speed_up"] > 0
