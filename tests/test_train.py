@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from transduce.config import ConfigError, load_config
 from transduce.model import cpu_speed
 from transduce.model.cpu_speed import keep_freed_memory
-from transduce.training.checkpoint import average_checkpoints, checkpoint_dirs
+from transduce.training.checkpoint import average_checkpoints, checkpoint_dirs, checkpoint_epoch
 from transduce.training.loop import TrainingError, train
 from transduce.training.loss import label_smoothed_nll
 from transduce.training.optim import inverse_sqrt_lr, learning_rate, linear_decay_lr, noam_lr
@@ -540,7 +540,7 @@ def test_subword_sampling_draws_per_epoch_and_resumes_exactly(tmp_path, toy_corp
     pruned = tmp_path / "pruned"  # one checkpoint kept: the draws before its epoch are removed, not its own
     train(load_config(recipe, [sampled[0], sampled[2], "train.keep_last=1"]), pruned, quiet=True)
     kept = [int(d.name[6:]) for d in sorted((pruned / "subwords").iterdir())]
-    assert 0 < kept[0] <= json.loads((checkpoint_dirs(pruned)[0] / "trainer.json").read_text())["epoch"]
+    assert 0 < kept[0] <= checkpoint_epoch(checkpoint_dirs(pruned)[0])
 
 
 def _replay_draws(monkeypatch, run: Path) -> None:
