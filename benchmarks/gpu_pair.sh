@@ -8,7 +8,9 @@
 #   3. benchmarks/decode_speed.py on the first member (test2016, beam 4 and greedy);
 #   4. benchmarks/train_speed.py: m30k-d256 at 4,500 tokens with cuDNN attention off (the default) and on, and
 #      with train.pad_multiple = 8 (bounded shapes), then the base model at 25,000 tokens.
-#   TRANSDUCE_DATA=$PWD/.gpudata OUT=/tmp/out [MEMBERS=4] bash benchmarks/gpu_pair.sh
+#   TRANSDUCE_DATA=$PWD/.gpudata OUT=/tmp/out [MEMBERS=4] [SPEED=0] [PARSE_MINUTES=M] bash benchmarks/gpu_pair.sh
+# SPEED=0 leaves out steps 3 and 4; PARSE_MINUTES starts benchmarks/gpu_parse.sh (MINUTES=M) once step 1 has ended, so
+# the members train alone on the card, and waits for it at the end.
 # DEVICE=cpu and SMOKE=1 (a few updates, no pytest) try the script itself on a machine without a GPU.
 # Its first call (2026-11-26, one H200) hung after step 1: a bare `wait` waited for the nvidia-smi loop too (the CPU
 # try-out has no nvidia-smi, so it did not show). Steps 2-4 were then run by hand on the warm machine, against the
@@ -61,6 +63,11 @@ for s in $(seq 1 "$MEMBERS"); do
   grep -h "finished\|stopp\|Error\|error" "$W/train-s$s.log" | tail -3 | sed "s/^/s$s: /" >> "$OUT/summary.txt"
 done
 
+if [ -n "${PARSE_MINUTES:-}" ]; then  # the parsing recipe, beside the decoding below
+  MINUTES=$PARSE_MINUTES DEVICE=$DEVICE OUT=$OUT bash benchmarks/gpu_parse.sh &
+  PARSE=$!
+fi
+
 # 2. decoding, and beside it the CUDA checks
 if [ -z "${SMOKE:-}" ] && [ "$DEVICE" = cuda ]; then
   timeout 220 $PY -m pytest -m cuda -p no:cacheprovider -rs tests/test_cuda.py tests/test_constraints.py \
@@ -99,6 +106,7 @@ fi
 pack() { tar czf "$OUT/pair.tgz" -C "$W" --exclude='*.safetensors' --exclude=checkpoints --exclude=data .; }
 pack  # now, in case the rest is cut short; again at the end with the speed runs' logs (8 result files in all)
 
+if [ "${SPEED:-1}" != 0 ]; then
 # 3. decoding speed
 timeout 90 $PY benchmarks/decode_speed.py "$W/pair-s1" --beam 4 --beam 1 --device "$DEVICE" > "$OUT/decode_speed.json" 2>&1
 
@@ -112,8 +120,10 @@ speed d256-cudnn-off "${SPEED_STEPS[0]}" 4500
 speed d256-cudnn-on "${SPEED_STEPS[0]}" 4500 --set train.cudnn_attention=true
 speed d256-pad8 "${SPEED_STEPS[0]}" 4500 --set train.pad_multiple=8
 speed base-25k "${SPEED_STEPS[1]}" "$BASE_TOKENS" "${BASE[@]}"
+fi
+[ -n "${PARSE:-}" ] && wait "$PARSE" && cat "$OUT/parse-summary.txt" >> "$OUT/summary.txt"
 date -u >> "$OUT/summary.txt"
 [ -n "${UTIL:-}" ] && kill "$UTIL"
 pack
 cat "$OUT/summary.txt"
-for f in "$OUT"/decode_speed.json "$OUT"/speed-*.json; do echo "== $f"; tr -d ' \n' < "$f" | cut -c1-900; echo; done
+for f in "$OUT"/decode_speed.json "$OUT"/speed-*.json; do [ -f "$f" ] || continue; echo "== $f"; tr -d ' \n' < "$f" | cut -c1-900; echo; done
