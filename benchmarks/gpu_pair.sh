@@ -15,7 +15,8 @@
 # Its first call (2026-11-26, one H200) hung after step 1: a bare `wait` waited for the nvidia-smi loop too (the CPU
 # try-out has no nvidia-smi, so it did not show). Steps 2-4 were then run by hand on the warm machine, against the
 # pair's runs in /tmp (BENCHMARKS.md gives the commands); the script now waits for its training runs only.
-# This form (the mends after that call, MEMBERS, the pad_multiple row) has run only in the CPU try-out so far.
+# Its second call (2026-11-26, one H200, MEMBERS=4 SPEED=0 PARSE_MINUTES=4) ran steps 1 and 2 and gpu_parse.sh to the
+# end; steps 3 and 4 in this form (with the pad_multiple row) have run only in the CPU try-out.
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/out/gpu-pair}

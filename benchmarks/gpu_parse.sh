@@ -8,6 +8,7 @@
 #   TRANSDUCE_DATA=$PWD/.gpudata OUT=/tmp/out [MINUTES=10] bash benchmarks/gpu_parse.sh
 # benchmarks/gpu_pair.sh starts it after its training step when PARSE_MINUTES is set. DEVICE=cpu and SMOKE=1 (a few
 # updates of a tiny model) try the script on a machine without a GPU.
+# Run once so far, from gpu_pair.sh on one H200 (2026-11-26, MINUTES=4): BENCHMARKS.md, parsing, twenty-fourth run.
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/out/gpu-parse}
