@@ -10,7 +10,8 @@
 #      with train.pad_multiple = 8 (bounded shapes), then the base model at 25,000 tokens.
 #   TRANSDUCE_DATA=$PWD/.gpudata OUT=/tmp/out [MEMBERS=4] [SPEED=0] [PARSE_MINUTES=M] bash benchmarks/gpu_pair.sh
 # SPEED=0 leaves out steps 3 and 4; PARSE_MINUTES starts benchmarks/gpu_parse.sh (MINUTES=M) once step 1 has ended, so
-# the members train alone on the card, and waits for it at the end.
+# the members train alone on the card while the parser trains beside step 2, and waits for it before step 3 (the
+# speed steps are measured alone). Exit status: the number of failed steps (0: all ran).
 # DEVICE=cpu and SMOKE=1 (a few updates, no pytest) try the script itself on a machine without a GPU.
 # Its first call (2026-11-26, one H200) hung after step 1: a bare `wait` waited for the nvidia-smi loop too (the CPU
 # try-out has no nvidia-smi, so it did not show). Steps 2-4 were then run by hand on the warm machine, against the
@@ -23,7 +24,10 @@ OUT=${OUT:-benchmarks/out/gpu-pair}
 DEVICE=${DEVICE:-cuda}
 MEMBERS=${MEMBERS:-2}  # runs of the recipe (seeds 1..MEMBERS) trained side by side; 2 = the recipe's pair
 [ "$MEMBERS" -ge 2 ] || { echo "MEMBERS must be 2 or more (the recipe is an ensemble)" >&2; exit 2; }
+SPEED=${SPEED:-1}
+[ "$SPEED" = 0 ] || [ "$SPEED" = 1 ] || { echo "SPEED must be 0 or 1, got '$SPEED'" >&2; exit 2; }
 PY=${PYTHON:-python3}
+UTIL="" PARSE="" PYTEST="" FAILS=0
 W=/tmp/gpu-pair-$(date +%s)  # a fresh folder per call: a warm machine keeps /tmp
 mkdir -p "$OUT" "$W"
 SMOKE_SETS=()
@@ -47,8 +51,8 @@ since() { $PY -c "import sys; print(round($(now) - $1, 1))"; }
 if command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$W/util.csv" 2>&1 &
   UTIL=$!
-  trap 'kill "$UTIL" 2>/dev/null' EXIT  # the logger never ends by itself
 fi
+trap 'pkill -TERM -P $$ 2>/dev/null' EXIT  # the logger never ends by itself; an interrupted call stops its runs too
 
 # 1. the members, side by side
 t0=$(now)
@@ -58,7 +62,9 @@ for s in $(seq 1 "$MEMBERS"); do
     --set train.seed=$s "${SMOKE_SETS[@]}" > "$W/train-s$s.log" 2>&1 &
   PIDS+=($!)
 done
-wait "${PIDS[@]}"  # these runs only: a bare `wait` would also wait for the nvidia-smi loop, which never ends
+for p in "${PIDS[@]}"; do  # these runs only: a bare `wait` would also wait for the nvidia-smi loop, which never ends
+  wait "$p" || FAILS=$((FAILS + 1))
+done
 echo "$MEMBERS runs: wall $(since "$t0") s (all of them, data preparation included)" >> "$OUT/summary.txt"
 for s in $(seq 1 "$MEMBERS"); do
   grep -h "finished\|stopp\|Error\|error" "$W/train-s$s.log" | tail -3 | sed "s/^/s$s: /" >> "$OUT/summary.txt"
@@ -89,6 +95,7 @@ best_k=2 best_bleu=-1
 for k in $(seq 2 "$MEMBERS"); do  # how many members, chosen on validation; test decoded once, for that choice
   evaluate "$k" val
   b=$(bleu "$W/eval-val-ens$k.txt")
+  [ -n "$b" ] || FAILS=$((FAILS + 1))
   if [ -n "$b" ] && $PY -c "import sys; sys.exit(0 if float('$b') > float('$best_bleu') else 1)"; then
     best_k=$k best_bleu=$b
   fi
@@ -101,13 +108,19 @@ for s in $(seq 1 "$MEMBERS"); do
   echo "member s$s alone, val: $(bleu "$W/eval-val-s$s.txt")" >> "$OUT/summary.txt"
 done
 if [ -n "${PYTEST:-}" ]; then
-  wait "$PYTEST"; echo "pytest exit $?" >> "$OUT/pytest.txt"
+  wait "$PYTEST"; rc=$?; echo "pytest exit $rc" >> "$OUT/pytest.txt"; [ "$rc" = 0 ] || FAILS=$((FAILS + 1))
   tail -4 "$OUT/pytest.txt" | sed "s/^/pytest: /" >> "$OUT/summary.txt"
 fi
 pack() { tar czf "$OUT/pair.tgz" -C "$W" --exclude='*.safetensors' --exclude=checkpoints --exclude=data .; }
-pack  # now, in case the rest is cut short; again at the end with the speed runs' logs (8 result files in all)
+pack  # now, in case the rest is cut short; again at the end with the speed runs' logs
+wait_parse() {
+  [ -n "$PARSE" ] || return 0
+  wait "$PARSE"; rc=$?; echo "gpu_parse.sh exit $rc" >> "$OUT/summary.txt"; FAILS=$((FAILS + rc)); PARSE=""
+  cat "$OUT/parse-summary.txt" >> "$OUT/summary.txt"
+}
+wait_parse  # before the speed steps, which are measured alone on the card
 
-if [ "${SPEED:-1}" != 0 ]; then
+if [ "$SPEED" != 0 ]; then
 # 3. decoding speed
 timeout 90 $PY benchmarks/decode_speed.py "$W/pair-s1" --beam 4 --beam 1 --device "$DEVICE" > "$OUT/decode_speed.json" 2>&1
 
@@ -122,9 +135,10 @@ speed d256-cudnn-on "${SPEED_STEPS[0]}" 4500 --set train.cudnn_attention=true
 speed d256-pad8 "${SPEED_STEPS[0]}" 4500 --set train.pad_multiple=8
 speed base-25k "${SPEED_STEPS[1]}" "$BASE_TOKENS" "${BASE[@]}"
 fi
-[ -n "${PARSE:-}" ] && wait "$PARSE" && cat "$OUT/parse-summary.txt" >> "$OUT/summary.txt"
 date -u >> "$OUT/summary.txt"
-[ -n "${UTIL:-}" ] && kill "$UTIL"
+echo "$FAILS failed steps" >> "$OUT/summary.txt"
+[ -n "$UTIL" ] && kill "$UTIL"
 pack
 cat "$OUT/summary.txt"
 for f in "$OUT"/decode_speed.json "$OUT"/speed-*.json; do [ -f "$f" ] || continue; echo "== $f"; tr -d ' \n' < "$f" | cut -c1-900; echo; done
+exit "$FAILS"
