@@ -13,7 +13,7 @@
 # when PARSE_MINUTES is set. DEVICE=cpu and SMOKE=1 (20 updates of a tiny model, the first 20 dev trees, greedy only)
 # try the script on a machine without a GPU. Exit status: the number of failed steps (0: all ran).
 # Run so far (2026-11-26, one H200, BENCHMARKS.md, parsing, twenty-fourth run): seed 1 from gpu_pair.sh with
-# MINUTES=4; seeds 2 and 3 and the ensemble of the three by hand, with the commands this script now runs.
+# MINUTES=4; seeds 2 and 3 and the ensemble of the three by hand, in a second call (SEEDS="1 2 3" now does it all).
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/out/gpu-parse}
@@ -24,13 +24,13 @@ PY=${PYTHON:-python3}
 case "$MINUTES" in ''|*[!0-9]*) echo "MINUTES must be a whole number of minutes, got '$MINUTES'" >&2; exit 2;; esac
 W=/tmp/gpu-parse-$(date +%s)
 mkdir -p "$OUT" "$W"
-SMOKE_SETS=() GOLD=gum_const/dev.trees BEAMS=(21 1)
+SMOKE_SETS=() GOLD=gum_const/dev.trees BEAM=21 GREEDY=1  # the recipe's beam; greedy too for the first seed
 if [ -n "${SMOKE:-}" ]; then
   SMOKE_SETS=(--set train.max_steps=20 --set train.valid_every=10 --set train.save_every=10 --set train.warmup_steps=5
     --set model.n_layers=1 --set model.d_model=64 --set model.d_ff=128 --set data.vocab_size=1000
     --set train.valid_max_sentences=5)
   head -20 "${TRANSDUCE_DATA:-.}/gum_const/dev.trees" > "$W/dev20.trees"
-  GOLD=$W/dev20.trees BEAMS=(1)
+  GOLD=$W/dev20.trees BEAM=1 GREEDY=""
 fi
 now() { date +%s.%N; }
 since() { $PY -c "import sys; print(round($(now) - $1, 1))"; }
@@ -69,19 +69,13 @@ parse() {  # name beam weights [--ensemble more...]
   echo "dev, $name: $(since "$t") s (start-up and model loading included)" >> "$S"
   head -5 "$OUT/parse-dev-$name.txt" | tail -4 >> "$S"
 }
-first=""
-for s in $SEEDS; do
-  for beam in "${BEAMS[@]}"; do
-    [ -z "$first" ] || [ "$beam" = "${BEAMS[0]}" ] || continue  # greedy for the first run only
-    parse "s$s-beam$beam" "$beam" "$W/run-s$s/averaged.safetensors"
-  done
-  first=${first:-$s}
-done
 set -- $SEEDS
+for s in "$@"; do parse "s$s-beam$BEAM" "$BEAM" "$W/run-s$s/averaged.safetensors"; done
+[ -z "$GREEDY" ] || parse "s$1-beam1" 1 "$W/run-s$1/averaged.safetensors"
 if [ $# -gt 1 ]; then
   others=()
   for s in "${@:2}"; do others+=("$W/run-s$s/averaged.safetensors"); done
-  parse "ensemble-beam${BEAMS[0]}" "${BEAMS[0]}" "$W/run-s$1/averaged.safetensors" --ensemble "${others[@]}"
+  parse "ensemble-beam$BEAM" "$BEAM" "$W/run-s$1/averaged.safetensors" --ensemble "${others[@]}"
 fi
 echo "ended $(date -u +%H:%M:%S), $FAILS failed steps" >> "$S"
 exit "$FAILS"
