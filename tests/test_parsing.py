@@ -608,6 +608,31 @@ def test_pointer_refused_for_translation_and_export(pointer_run, tmp_path):
         check_exportable(task.config.model, task.data.tokenizer)
 
 
+def _resumes_exactly_and_keeps_its_draws(config: ParsingRunConfig, tmp_path: Path, parts: tuple, **off) -> None:
+    """A run stopped and resumed (here in one process; tests/test_train.py resumes across processes) ends with the
+    weights of one straight run; its last epoch's draw is kept with `parts`; the run with the option set `off` learns
+    something else."""
+    from safetensors.torch import load_file
+
+    from transduce.training.checkpoint import checkpoint_dirs
+    from transduce.training.loop import train
+
+    def final(run):
+        return load_file(str(checkpoint_dirs(run)[-1] / "model.safetensors"))
+
+    train(config, tmp_path / "straight", quiet=True)
+    stopped = config.replace(train=dataclasses.replace(config.train, max_steps=16))
+    train(stopped, tmp_path / "resumed", quiet=True)
+    train(config, tmp_path / "resumed", quiet=True)
+    x, y = final(tmp_path / "straight"), final(tmp_path / "resumed")
+    assert all(torch.equal(x[k], y[k]) for k in x)
+    draw = sorted((tmp_path / "resumed" / "subwords").iterdir())[-1]  # each epoch's draw kept for a resume
+    assert sorted(f.name for f in draw.glob("*.npy")) == [f"{p}.{a}.npy" for p in parts for a in ("ids", "offsets")]
+    train(config.replace(train=dataclasses.replace(config.train, **off)), tmp_path / "plain", quiet=True)
+    z = final(tmp_path / "plain")
+    assert any(not torch.equal(x[k], z[k]) for k in x)
+
+
 def test_subword_sampling_cuts_the_training_words_anew_each_epoch(tmp_path, treebank):
     """train.subword_sampling on a parsing run: each epoch every training word is cut into pieces anew (BPE-dropout),
     its pieces still spell the word and the word starts follow them, the targets are the prepared ones; within one
@@ -616,10 +641,7 @@ def test_subword_sampling_cuts_the_training_words_anew_each_epoch(tmp_path, tree
     (src and starts), and the option changes what is learnt. Other tasks are still refused."""
     from types import SimpleNamespace
 
-    from safetensors.torch import load_file
-
-    from transduce.training.checkpoint import checkpoint_dirs
-    from transduce.training.loop import check_setup, train
+    from transduce.training.loop import check_setup
 
     settings = {"subword_sampling": 0.3, "early_stop_metric": "f1", "max_steps": 24, "save_every": 8}
     config = tiny_config(*treebank, valid_every=24, valid_max_sentences=3, **settings)
@@ -643,27 +665,118 @@ def test_subword_sampling_cuts_the_training_words_anew_each_epoch(tmp_path, tree
     zero = task.sampled_corpus(seed=1, epoch=0)
     assert np.array_equal(zero.src.ids, prepared.src.ids) and np.array_equal(zero.starts.ids, prepared.starts.ids)
 
-    def final(run):
-        return load_file(str(checkpoint_dirs(run)[-1] / "model.safetensors"))
-
-    train(config, tmp_path / "straight", quiet=True)
-    stopped = config.replace(train=dataclasses.replace(config.train, max_steps=16))
-    train(stopped, tmp_path / "resumed", quiet=True)
-    train(config, tmp_path / "resumed", quiet=True)
-    x, y = final(tmp_path / "straight"), final(tmp_path / "resumed")
-    assert all(torch.equal(x[k], y[k]) for k in x)
-    draw = sorted((tmp_path / "resumed" / "subwords").iterdir())[-1]  # each epoch's pieces kept for a resume
-    assert sorted(f.name for f in draw.glob("*.npy")) == [
-        f"{p}.{a}.npy" for p in ("src", "starts") for a in ("ids", "offsets")
-    ]
-    plain = config.replace(train=dataclasses.replace(config.train, subword_sampling=0.0))
-    train(plain, tmp_path / "plain", quiet=True)
-    z = final(tmp_path / "plain")
-    assert any(not torch.equal(x[k], z[k]) for k in x)
+    _resumes_exactly_and_keeps_its_draws(config, tmp_path, ("src", "starts"), subword_sampling=0.0)
 
     other = SimpleNamespace(name="classification", metrics={"loss": ("valid_loss", False)}, has_validation=True)
     with pytest.raises(ConfigError, match="applies to translation and parsing runs, not to classification"):
         check_setup(other, TrainConfig(subword_sampling=0.1))
+
+
+def test_tree_phrases_and_same_label_substitution():
+    """tree_phrases lists every constituent below the root with its tokens and words; substitute_subtrees replaces
+    one constituent by another of the same label, words and subtree together (the rest of both trees untouched), at
+    the rate asked, within max_len, and leaves its inputs as they were."""
+    from transduce.tasks.parsing import TargetVocab, substitute_subtrees, tree_phrases
+
+    first = trees.parse_tree("(ROOT (S (NP (DT the) (NN dog)) (VP (VBZ sees) (NP (DT a) (NN cat))) (. .)))")
+    second = trees.parse_tree("(ROOT (S (NP (NP (NN river)) (PP (IN in) (NP (NN spring)))) (VP (VBZ runs))))")
+    vocab = TargetVocab(tuple(trees.build_vocab([first, second], keep_tags=True)), 10, True)
+    kinds = vocab.constraint().kinds.numpy()
+    targets = [np.asarray(vocab.encode(trees.linearize(t)), dtype=np.int32) for t in (first, second)]
+    found = tree_phrases(targets[0], kinds)
+    spans = sorted((vocab.decode(targets[0][a : a + 1])[0], w0, w1) for a, _, w0, w1 in found)
+    assert spans == [("(NP", 0, 2), ("(NP", 3, 5), ("(S", 0, 6), ("(VP", 2, 5)]  # the root is not among them
+    for a, b, _, _ in found:  # from its "(LABEL" to its own ")": balanced, and closed only at its end
+        depth = np.cumsum([{"(": 1, ")": -1}.get(tok[0], 0) for tok in vocab.decode(targets[0][a:b])])
+        assert depth[-1] == 0 and (depth[:-1] > 0).all()
+    phrases = [tree_phrases(t, kinds) for t in targets]
+    words = [trees.words(t) for t in (first, second)]
+    sentences = [[[ord(w[0]), len(w)] for w in ws] for ws in words]  # stand-ins for each word's pieces
+    kept, kept_targets = [list(map(list, s)) for s in sentences], [t.copy() for t in targets]
+
+    def as_tree(sentence, target, given=sentences):
+        by_pieces = {tuple(p): w for ws, s in zip(words, given) for w, p in zip(ws, s)}
+        return trees.delinearize(vocab.decode(target), [by_pieces[tuple(p)] for p in sentence])
+
+    seen = set()
+    for seed in range(40):
+        new_sentences, new_targets = substitute_subtrees(
+            sentences, targets, phrases, rate=1.0, rng=np.random.default_rng(seed), max_len=100
+        )
+        assert sentences == kept and all(np.array_equal(x, y) for x, y in zip(targets, kept_targets))  # unchanged
+        for sentence, target in zip(new_sentences, new_targets):
+            tree = as_tree(sentence, target)  # a well-formed tree over its words
+            assert tree.label == "ROOT" and trees.words(tree)[-1] in (".", "cat", "runs", "spring", "dog", "river")
+            seen.add(trees.to_string(tree))
+    assert "(ROOT (S (NP (NP (NN river)) (PP (IN in) (NP (NN spring)))) (VP (VBZ sees) (NP (DT a) (NN cat)))" in {
+        t[: len("(ROOT (S (NP (NP (NN river)) (PP (IN in) (NP (NN spring)))) (VP (VBZ sees) (NP (DT a) (NN cat)))")]
+        for t in seen
+    }
+    assert "(ROOT (S (NP (DT the) (NN dog)) (VP (VBZ runs)) (. .)))" in seen  # a VP from the other tree
+    assert "(ROOT (S (NP (DT the) (NN dog)) (VP (VBZ sees) (NP (NN spring))) (. .)))" in seen
+    assert all("(NP (VBZ" not in t and "(VP (DT" not in t for t in seen)  # labels always match
+    same = substitute_subtrees(sentences, targets, phrases, rate=0.0, rng=np.random.default_rng(0), max_len=100)
+    assert same[0] == kept and all(np.array_equal(x, y) for x, y in zip(same[1], targets))
+    # max_len bounds both sides: the first tree with the second's "(VP runs)" has 12 target tokens, and 17 pieces once
+    # "runs" is 11 pieces long, so it is made under a limit of 17 and refused under 16
+    long_runs = [list(s) for s in sentences]
+    long_runs[1][3] = [114] * 11
+    swapped = "(ROOT (S (NP (DT the) (NN dog)) (VP (VBZ runs)) (. .)))"
+    made = {16: set(), 17: set()}
+    for seed in range(40):
+        for limit, found in made.items():
+            out = substitute_subtrees(
+                long_runs, targets, phrases, rate=1.0, rng=np.random.default_rng(seed), max_len=limit
+            )
+            for i, (sentence, target) in enumerate(zip(*out)):
+                if sentence != long_runs[i] or not np.array_equal(target, targets[i]):
+                    assert len(target) <= limit and sum(map(len, sentence)) <= limit
+                found.add(trees.to_string(as_tree(sentence, target, long_runs)))
+    assert swapped in made[17] and swapped not in made[16]
+
+
+def test_subtree_substitution_redraws_targets_each_epoch_and_resumes_exactly(tmp_path, treebank):
+    """train.subtree_substitution on a parsing run (here with subword sampling too): each epoch's draw changes about
+    the rate's share of the trees, every target still one tree over its words (the starts follow the pieces), the
+    same draw for (seed, epoch) in one process; the draw kept in RUN/subwords holds the targets; a stopped and
+    resumed run equals a straight one; the option changes what is learnt. Other tasks refuse it."""
+    from types import SimpleNamespace
+
+    from transduce.training.loop import check_setup
+
+    settings = {"subtree_substitution": 0.5, "subword_sampling": 0.2, "max_steps": 24, "save_every": 8}
+    config = tiny_config(*treebank, valid_every=24, valid_max_sentences=3, **settings)
+    config = config.replace(model=dataclasses.replace(config.model, word_pointer=True, word_pointer_last=True))
+    task = prepare_run(config, tmp_path / "probe")
+    check_setup(task, config.train)
+    prepared, vocab, sp = task.data.splits["train"], task.data.vocab, task.data.tokenizer.sp
+    a, b, again = (task.sampled_corpus(seed=1, epoch=e) for e in (0, 1, 0))
+    assert np.array_equal(a.tgt.ids, again.tgt.ids) and np.array_equal(a.src.ids, again.src.ids)
+    assert not np.array_equal(a.tgt.ids, b.tgt.ids)
+    changed = sum(not np.array_equal(a.tgt[i], prepared.tgt[i]) for i in range(len(prepared)))
+    assert 0.25 * len(prepared) < changed < 0.6 * len(prepared)  # 0.5 asked; some draws give the same subtree back
+    for i in range(len(prepared)):
+        starts = a.starts[i]
+        assert starts[-1] == len(a.src[i])
+        sentence = sp.decode([a.src[i][x:y].tolist() for x, y in zip(starts[:-1], starts[1:])])
+        tree = trees.delinearize(vocab.decode(a.tgt[i]), sentence)
+        assert trees.words(tree) == sentence and tree.label == "ROOT"
+
+    kept = task.epoch_corpus(seed=1, epoch=0)  # drawn and kept in RUN/subwords, then read back from there
+    assert (tmp_path / "probe" / "subwords" / "epoch-000000" / "tgt.ids.npy").is_file()
+    assert all(np.array_equal(getattr(kept, f).ids, getattr(a, f).ids) for f in ("src", "tgt", "starts"))
+    task.config = config.replace(train=dataclasses.replace(config.train, subtree_substitution=0.0))
+    redrawn = task.epoch_corpus(seed=1, epoch=0)  # a draw made with substitution is not reused without it
+    assert (
+        redrawn.tgt is prepared.tgt and not (tmp_path / "probe" / "subwords" / "epoch-000000" / "tgt.ids.npy").exists()
+    )
+    _resumes_exactly_and_keeps_its_draws(config, tmp_path, ("src", "starts", "tgt"), subtree_substitution=0.0)
+
+    other = SimpleNamespace(name="translation", metrics={"loss": ("valid_loss", False)}, has_validation=True)
+    with pytest.raises(ConfigError, match="subtree_substitution applies to parsing runs, not to translation"):
+        check_setup(other, TrainConfig(subtree_substitution=0.5))
+    with pytest.raises(ConfigError, match=r"subtree_substitution must be in \[0, 1\]"):
+        TrainConfig(subtree_substitution=1.5)
 
 
 def test_untagged_targets_with_the_pointer_parse_and_score(tmp_path, treebank):

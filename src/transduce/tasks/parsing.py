@@ -92,6 +92,7 @@ from .trees import (
 
 CACHE_VERSION = 2  # 2: words encoded one by one, their start positions kept (the word pointer)
 TARGET_VOCAB = "target_vocab.json"
+SUBSTITUTION_STREAM = 0x5B2  # numpy's generator for train.subtree_substitution: (seed, epoch, this)
 
 
 # ----------------------------------------------------------------------------------------------------------- config
@@ -261,14 +262,19 @@ def encode_words(tokenizer: Tokenizer, sentences: Sequence[Sequence[str]]) -> tu
     Returns the piece ids per sentence (without EOS) and the word starts (see ParseCorpus)."""
     flat = [w for sentence in sentences for w in sentence]
     pieces = iter(tokenizer.encode(flat) if flat else [])
+    return join_words([[next(pieces) or [UNK_ID] for _ in sentence] for sentence in sentences])
+
+
+def join_words(sentences: Sequence[Sequence[list[int]]]) -> tuple[list[list[int]], list[list[int]]]:
+    """Sentences given as each word's pieces -> the piece ids per sentence and the word starts (see ParseCorpus)."""
     ids: list[list[int]] = []
     starts: list[list[int]] = []
     for sentence in sentences:
         row: list[int] = []
         at: list[int] = []
-        for _ in sentence:
+        for word in sentence:
             at.append(len(row))
-            row.extend(next(pieces) or [UNK_ID])
+            row.extend(word)
         ids.append(row)
         starts.append([*at, len(row)])
     return ids, starts
@@ -502,6 +508,63 @@ def word_positions(
     return np.concatenate([positions.reshape(len(positions), -1), span[:, None]], axis=1)
 
 
+# ------------------------------------------------------------------------------------------ subtree substitution
+
+
+def tree_phrases(target: Sequence[int] | np.ndarray, kinds: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Every constituent of one linearized tree but its root, in the order they close: (first token, end token,
+    first word, end word), so that target[first token:end token] runs from its "(LABEL" to its ")" and it covers
+    words [first word, end word). `kinds`: the tree constraint's token kind of every id. Preterminals are leaves,
+    not constituents."""
+    found: list[tuple[int, int, int, int]] = []
+    stack: list[tuple[int, int]] = []
+    used = 0
+    for at, kind in enumerate(kinds[np.asarray(target, dtype=np.int64)].tolist()):
+        if kind in (OPEN, ROOT_OPEN):
+            stack.append((at, used))
+        elif kind == CLOSE and stack:
+            start, first = stack.pop()
+            if start > 0:  # the root is never replaced
+                found.append((start, at + 1, first, used))
+        elif kind == LEAF:
+            used += 1
+    return found
+
+
+def substitute_subtrees(
+    sentences: Sequence[Sequence[list[int]]],
+    targets: Sequence[np.ndarray],
+    phrases: Sequence[Sequence[tuple[int, int, int, int]]],
+    *,
+    rate: float,
+    rng: np.random.Generator,
+    max_len: int,
+) -> tuple[list[list[list[int]]], list[np.ndarray]]:
+    """Same-label subtree substitution (Shi et al. 2021, "SUB2"): each tree, with probability `rate`, has one of its
+    constituents (`tree_phrases`, chosen uniformly) replaced by a constituent of the same label drawn uniformly from
+    all the trees' (its own included), words and subtree together. `sentences`: each tree's words as their source
+    pieces; `targets`: the linearized trees. A result longer than `max_len` (source pieces or target tokens) keeps
+    the tree as it was. Returns new lists (the inputs are not changed)."""
+    pool: dict[int, list[tuple[int, int]]] = {}
+    for i, found in enumerate(phrases):
+        for k, (start, _, _, _) in enumerate(found):
+            pool.setdefault(int(targets[i][start]), []).append((i, k))
+    out_sentences = [list(sentence) for sentence in sentences]
+    out_targets = list(targets)
+    for i in np.flatnonzero(rng.random(len(targets)) < rate).tolist():
+        if not phrases[i]:
+            continue
+        start, end, first, last = phrases[i][int(rng.integers(len(phrases[i])))]
+        donors = pool[int(targets[i][start])]
+        d, k = donors[int(rng.integers(len(donors)))]
+        d_start, d_end, d_first, d_last = phrases[d][k]
+        target = np.concatenate([targets[i][:start], targets[d][d_start:d_end], targets[i][end:]])
+        sentence = [*sentences[i][:first], *sentences[d][d_first:d_last], *sentences[i][last:]]
+        if len(target) <= max_len and sum(len(pieces) for pieces in sentence) <= max_len:
+            out_sentences[i], out_targets[i] = sentence, target
+    return out_sentences, out_targets
+
+
 # ------------------------------------------------------------------------------------------------------------- task
 
 
@@ -512,6 +575,7 @@ class ParsingTask(SequenceTask):
     name: ClassVar[str] = "parsing"
     config_class: ClassVar[type] = ParsingRunConfig
     sampled_parts: ClassVar[tuple[str, ...]] = ("src", "starts")  # subword sampling redraws the source words' pieces
+    substitutes_subtrees: ClassVar[bool] = True  # train.subtree_substitution applies (and redraws "tgt" too)
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "f1": ("valid_f1", True)}
 
     def __init__(self, config: ParsingRunConfig, data: ParseData) -> None:
@@ -526,6 +590,20 @@ class ParsingTask(SequenceTask):
         self.leaves = kinds == LEAF if config.model.word_pointer else None
         self.kinds = kinds if config.model.span_pointer else None  # span_words reads every token's kind
         self._words: list[list[str | None]] | None = None  # the training words, read back for subword sampling
+        self._phrases: list[list[tuple[int, int, int, int]]] | None = None  # each training tree's, for substitution
+        self._kept: list[list[list[int]]] | None = None  # each training word's prepared pieces
+
+    def redraws(self) -> bool:
+        return super().redraws() or self.config.train.subtree_substitution > 0
+
+    def draw_parts(self) -> tuple[str, ...]:
+        return (*self.sampled_parts, "tgt") if self.config.train.subtree_substitution > 0 else self.sampled_parts
+
+    def draw_options(self) -> dict[str, Any]:
+        return {**super().draw_options(), "substitution": self.config.train.subtree_substitution}
+
+    def draw_defaults(self) -> dict[str, Any]:
+        return {"substitution": 0.0}  # draws made before the option: without substitution
 
     def training_words(self) -> list[list[str | None]]:
         """Each training sentence's words as its prepared pieces spell them (the tokenizer's normalisation
@@ -541,36 +619,63 @@ class ParsingTask(SequenceTask):
         return [[next(flat) for _ in range(len(prepared.starts[i]) - 1)] for i in range(len(prepared))]
 
     def sampled_corpus(self, *, seed: int, epoch: int) -> ParseCorpus:
-        """The training trees with every word cut into pieces at random (train.subword_sampling: BPE-dropout for
-        the recipe's BPE pieces), each word on its own as in `encode_words`, drawn from (seed, epoch) (the same
-        within one process only: `epoch_corpus` keeps each draw). A word with an UNK piece, and a sentence whose
-        sampled pieces exceed data.max_len, keep their prepared pieces."""
+        """One epoch's training corpus, drawn from (seed, epoch) (the same within one process only: `epoch_corpus`
+        keeps each draw).
+        - train.subword_sampling: every word is cut into pieces at random (BPE-dropout for the recipe's BPE pieces),
+          each word on its own as in `encode_words`. A word with an UNK piece, and a sentence whose sampled pieces
+          exceed data.max_len, keep their prepared pieces.
+        - train.subtree_substitution: then that share of the trees get one constituent replaced by one of the same
+          label (`substitute_subtrees`), its words with the pieces this epoch drew for them.
+        The word starts follow the pieces; without substitution the targets are the prepared ones."""
+        prepared, train = self.data.splits["train"], self.config.train
+        sentences = self._sampled_words(seed, epoch) if train.subword_sampling > 0 else self._prepared_words()
+        tgt = prepared.tgt
+        if train.subtree_substitution > 0:
+            if self._phrases is None:
+                kinds = self.data.vocab.constraint().kinds.numpy()
+                self._phrases = [tree_phrases(prepared.tgt[i], kinds) for i in range(len(prepared))]
+            rng = np.random.default_rng([seed, epoch, SUBSTITUTION_STREAM])
+            sentences, targets = substitute_subtrees(
+                sentences,
+                [prepared.tgt[i] for i in range(len(prepared))],
+                self._phrases,
+                rate=train.subtree_substitution,
+                rng=rng,
+                max_len=self.config.data.max_len,
+            )
+            lengths = np.fromiter((len(t) for t in targets), dtype=np.int64, count=len(targets))
+            tgt = TokenArrays(np.concatenate(targets).astype(np.int32), np.concatenate([[0], np.cumsum(lengths)]))
+        src, starts = join_words(sentences)
+        return ParseCorpus(TokenArrays.from_lists(src), tgt, TokenArrays.from_lists(starts))
+
+    def _prepared_words(self) -> list[list[list[int]]]:
+        """Each training sentence's words as their prepared pieces (made once; callers copy before changing)."""
+        if self._kept is None:
+            prepared = self.data.splits["train"]
+            self._kept = [
+                [prepared.src[i][a:b].tolist() for a, b in zip(prepared.starts[i][:-1], prepared.starts[i][1:])]
+                for i in range(len(prepared))
+            ]
+        return self._kept
+
+    def _sampled_words(self, seed: int, epoch: int) -> list[list[list[int]]]:
+        """Each training sentence's words cut into pieces at random (train.subword_sampling)."""
         if self._words is None:
             self._words = self.training_words()
-        prepared, tokenizer = self.data.splits["train"], self.data.tokenizer
+        kept = self._prepared_words()
         known = [w for sentence in self._words for w in sentence if w is not None]
         sampled = iter(
-            tokenizer.encode_sampled(
+            self.data.tokenizer.encode_sampled(
                 known, alpha=self.config.train.subword_sampling, seed=self.sampler_seed(seed, epoch)
             )
             if known
             else []
         )
-        src: list[list[int]] = []
-        starts: list[list[int]] = []
+        out: list[list[list[int]]] = []
         for i, sentence in enumerate(self._words):
-            row: list[int] = []
-            at: list[int] = []
-            kept = prepared.starts[i]
-            for k, word in enumerate(sentence):
-                at.append(len(row))
-                pieces = next(sampled) if word is not None else []
-                row.extend(pieces or prepared.src[i][kept[k] : kept[k + 1]].tolist())
-            if len(row) > self.config.data.max_len:
-                row, at = prepared.src[i].tolist(), kept[:-1].tolist()
-            src.append(row)
-            starts.append([*at, len(row)])
-        return ParseCorpus(TokenArrays.from_lists(src), prepared.tgt, TokenArrays.from_lists(starts))
+            drawn = [(next(sampled) if word is not None else []) or kept[i][k] for k, word in enumerate(sentence)]
+            out.append(drawn if sum(len(p) for p in drawn) <= self.config.data.max_len else kept[i])
+        return out
 
     def collate_pairs(self, corpus: ParallelCorpus, indices: np.ndarray, **options) -> Batch:
         """The pairs as a Batch, with the word pointer's positions (B, T) when the model has one."""

@@ -24,7 +24,9 @@ from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
 
-SUBWORDS, DRAW = "subwords", "subword draw"  # RUN/subwords/epoch-N: one epoch's pieces under train.subword_sampling
+# RUN/subwords/epoch-N: one epoch's draw under train.subword_sampling (and, parsing, train.subtree_substitution); the
+# manifest's kind keeps its first name, so the folders of earlier runs are still recognised as this project's
+SUBWORDS, DRAW = "subwords", "subword draw"
 
 
 class SequenceTask:
@@ -39,7 +41,7 @@ class SequenceTask:
     data: Any
     corpus: ParallelCorpus
     splits: dict[str, ParallelCorpus]
-    # set by `attach` (prepare): where the epochs' subword draws are kept, whether this is the main rank, the barrier
+    # set by `attach` (prepare): where the epochs' draws are kept, whether this is the main rank, the barrier
     run_dir: Path | None = None
     main: bool = True
     barrier: Callable[[], None] = staticmethod(lambda: None)
@@ -55,35 +57,54 @@ class SequenceTask:
     def sampled_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
         raise NotImplementedError  # translation and parsing draw their own
 
+    def redraws(self) -> bool:
+        """Whether each epoch trains on a draw of its own (`epoch_corpus`) rather than on the prepared corpus."""
+        return self.config.train.subword_sampling > 0
+
+    def draw_parts(self) -> tuple[str, ...]:
+        """The corpus fields an epoch's draw holds (and RUN/subwords/epoch-N keeps)."""
+        return self.sampled_parts
+
+    def draw_options(self) -> dict[str, Any]:
+        """The settings a kept draw was made with: one made with others is drawn again."""
+        return {"rate": self.config.train.subword_sampling}
+
+    def draw_defaults(self) -> dict[str, Any]:
+        """What a setting of `draw_options` was in draws whose manifest does not name it (made before it existed)."""
+        return {}
+
     @staticmethod
     def sampler_seed(seed: int, epoch: int) -> int:
         """The epoch's seed for SentencePiece's generator (one unsigned integer; repeatable within a process only)."""
         return (seed * 1_000_003 + epoch) % 2**32
 
     def epoch_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
-        """The training corpus of `epoch` under train.subword_sampling. SentencePiece's sampler cannot be replayed:
+        """The training corpus of `epoch` under train.subword_sampling (parsing: or train.subtree_substitution),
+        drawn by `sampled_corpus`. SentencePiece's sampler cannot be replayed:
         the same seed gives other pieces in another process (its generator mixes in per-process state; measured with
         sentencepiece 0.2.3). So the main rank draws each epoch once and keeps it in RUN/subwords/epoch-N, which
         every rank reads, and a resumed run reads again: the ranks see the same pieces and a resume is exact. A draw
-        is reused only with the rate and seed it was made with; draws older than both this epoch and the oldest
+        is reused only with the settings (`draw_options`; a setting its manifest lacks counts as its default,
+        `draw_defaults`) and the seed it was made with; draws older than both this epoch and the oldest
         kept checkpoint are removed (no resume can reach them)."""
         if self.run_dir is None:  # a task made outside `prepare` (no run directory): draw in memory
             return self.sampled_corpus(seed=seed, epoch=epoch)
         folder = self.run_dir / SUBWORDS / f"epoch-{epoch:06d}"
-        made_with = {"rate": self.config.train.subword_sampling, "seed": seed, "epoch": epoch}
+        made_with = {**self.draw_options(), "seed": seed, "epoch": epoch}
         if self.main:
             remove_leftovers(folder.parent, "epoch-")  # left by a run killed while saving a draw
             found = read_manifest(folder)
-            if found is None or {k: found.get(k) for k in made_with} != made_with:
+            defaults = self.draw_defaults()
+            if found is None or {k: found.get(k, defaults.get(k)) for k in made_with} != made_with:
                 drawn = self.sampled_corpus(seed=seed, epoch=epoch)
                 with atomic_folder(folder, DRAW, **made_with) as tmp:
-                    for part in self.sampled_parts:
+                    for part in self.draw_parts():
                         getattr(drawn, part).save(tmp / part)
             self._prune_draws(epoch)
         self.barrier()
         prepared = self.data.splits["train"]
         try:
-            parts = {part: TokenArrays.load(folder / part) for part in self.sampled_parts}
+            parts = {part: TokenArrays.load(folder / part) for part in self.draw_parts()}
         except (OSError, ValueError) as err:
             raise DataError(f"{folder}: cannot read this epoch's subword draw ({err})") from None
         if any(len(arr) != len(prepared) for arr in parts.values()):
@@ -123,8 +144,8 @@ class SequenceTask:
         return Transformer(self.config.model)
 
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
-        """The epoch's batches; with train.subword_sampling, over the epoch's draw (`epoch_corpus`)."""
-        if self.config.train.subword_sampling > 0:
+        """The epoch's batches; over the epoch's draw (`epoch_corpus`) when the task `redraws`."""
+        if self.redraws():
             self.corpus = self.epoch_corpus(seed=seed, epoch=epoch)
         return make_batches(
             self.corpus.src_lengths, self.corpus.tgt_lengths, max_tokens=max_tokens, seed=seed, epoch=epoch

@@ -7,7 +7,7 @@
     RUN/best.safetensors (+ .json)      the best weights by the validation metric
     RUN/averaged.safetensors (+ .json)  written by `transduce average`
     RUN/metrics.jsonl, RUN/train.log    one JSON line per log step; a human-readable log
-    RUN/subwords/epoch-000003/          train.subword_sampling: that epoch's pieces (tasks/translation.py)
+    RUN/subwords/epoch-000003/          train.subword_sampling / subtree_substitution: that epoch's draw (tasks/)
 
 Every file is written to a temporary name and renamed into place; a checkpoint folder appears only when complete,
 so a kill at any moment leaves the previous checkpoint loadable. Nothing here unpickles anything.
