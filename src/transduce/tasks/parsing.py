@@ -624,8 +624,8 @@ class ParsingTask(SequenceTask):
         - train.subword_sampling: every word is cut into pieces at random (BPE-dropout for the recipe's BPE pieces),
           each word on its own as in `encode_words`. A word with an UNK piece, and a sentence whose sampled pieces
           exceed data.max_len, keep their prepared pieces.
-        - train.subtree_substitution: then that share of the trees get one constituent replaced by one of the same
-          label (`substitute_subtrees`), its words with the pieces this epoch drew for them.
+        - train.subtree_substitution: then each tree, with that probability, gets one constituent replaced by one of
+          the same label (`substitute_subtrees`), its words with the pieces this epoch drew for them.
         The word starts follow the pieces; without substitution the targets are the prepared ones."""
         prepared, train = self.data.splits["train"], self.config.train
         sentences = self._sampled_words(seed, epoch) if train.subword_sampling > 0 else self._prepared_words()
