@@ -709,10 +709,7 @@ def test_tree_phrases_and_same_label_substitution():
             tree = as_tree(sentence, target)  # a well-formed tree over its words
             assert tree.label == "ROOT" and trees.words(tree)[-1] in (".", "cat", "runs", "spring", "dog", "river")
             seen.add(trees.to_string(tree))
-    assert "(ROOT (S (NP (NP (NN river)) (PP (IN in) (NP (NN spring)))) (VP (VBZ sees) (NP (DT a) (NN cat)))" in {
-        t[: len("(ROOT (S (NP (NP (NN river)) (PP (IN in) (NP (NN spring)))) (VP (VBZ sees) (NP (DT a) (NN cat)))")]
-        for t in seen
-    }
+    assert "(ROOT (S (NP (NP (NN river)) (PP (IN in) (NP (NN spring)))) (VP (VBZ sees) (NP (DT a) (NN cat)))))" in seen
     assert "(ROOT (S (NP (DT the) (NN dog)) (VP (VBZ runs)) (. .)))" in seen  # a VP from the other tree
     assert "(ROOT (S (NP (DT the) (NN dog)) (VP (VBZ sees) (NP (NN spring))) (. .)))" in seen
     assert all("(NP (VBZ" not in t and "(VP (DT" not in t for t in seen)  # labels always match

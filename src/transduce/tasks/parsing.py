@@ -643,8 +643,7 @@ class ParsingTask(SequenceTask):
                 rng=rng,
                 max_len=self.config.data.max_len,
             )
-            lengths = np.fromiter((len(t) for t in targets), dtype=np.int64, count=len(targets))
-            tgt = TokenArrays(np.concatenate(targets).astype(np.int32), np.concatenate([[0], np.cumsum(lengths)]))
+            tgt = TokenArrays.from_lists([t.tolist() for t in targets])
         src, starts = join_words(sentences)
         return ParseCorpus(TokenArrays.from_lists(src), tgt, TokenArrays.from_lists(starts))
 
