@@ -731,6 +731,17 @@ def test_tree_phrases_and_same_label_substitution():
                     assert len(target) <= limit and sum(map(len, sentence)) <= limit
                 found.add(trees.to_string(as_tree(sentence, target, long_runs)))
     assert swapped in made[17] and swapped not in made[16]
+    # a tree's own budget bounds its source pieces (the target still by max_len); groups keep the trees apart
+    for seed in range(40):
+        out = substitute_subtrees(
+            long_runs, targets, phrases, rate=1.0, rng=np.random.default_rng(seed), max_len=100, budgets=[16, 100]
+        )
+        assert trees.to_string(as_tree(out[0][0], out[1][0], long_runs)) != swapped
+        apart = substitute_subtrees(
+            sentences, targets, phrases, rate=1.0, rng=np.random.default_rng(seed), max_len=100, groups=[0, 1]
+        )
+        for i, sentence in enumerate(apart[0]):  # words (and so subtrees) from the tree's own group only
+            assert {tuple(p) for p in sentence} <= {tuple(p) for p in sentences[i]}
 
 
 def test_subtree_substitution_redraws_targets_each_epoch_and_resumes_exactly(tmp_path, treebank):
@@ -775,6 +786,158 @@ def test_subtree_substitution_redraws_targets_each_epoch_and_resumes_exactly(tmp
         check_setup(other, TrainConfig(subtree_substitution=0.5))
     with pytest.raises(ConfigError, match=r"subtree_substitution must be in \[0, 1\]"):
         TrainConfig(subtree_substitution=1.5)
+
+
+def test_same_tag_word_substitution():
+    """substitute_words replaces words by training words of the same tag, drawn as often as they occur, at the rate
+    asked, within each sentence's budget, from the sentence's own group when given, and leaves its inputs as they
+    were."""
+    from transduce.tasks.parsing import substitute_words
+
+    sentences = [[[1], [2, 2], [3]], [[4], [5]], [[6, 6, 6]], [[5]]]  # each word's pieces; word "5" occurs twice
+    tags = [np.array([7, 8, 9]), np.array([7, 8]), np.array([8]), np.array([8])]  # tag 9: one word, never changes
+    kept = [[list(p) for p in s] for s in sentences]
+    wide = [100] * 4
+    by_tag = {7: {(1,), (4,)}, 8: {(2, 2), (5,), (6, 6, 6)}, 9: {(3,)}}
+    drawn_for_8: list[tuple] = []
+    for seed in range(200):
+        out = substitute_words(sentences, tags, rate=1.0, rng=np.random.default_rng(seed), budgets=wide)
+        assert sentences == kept  # unchanged
+        assert out[0][2] == [3]
+        for sentence, sentence_tags in zip(out, tags):
+            assert len(sentence) == len(sentence_tags)
+            for pieces, tag in zip(sentence, sentence_tags.tolist()):
+                assert tuple(pieces) in by_tag[tag]
+                if tag == 8:
+                    drawn_for_8.append(tuple(pieces))
+    share = {p: drawn_for_8.count(p) / len(drawn_for_8) for p in by_tag[8]}
+    assert 0.42 < share[(5,)] < 0.58 and 0.18 < share[(2, 2)] < 0.32  # 1/2 and 1/4: by occurrences, not words
+    assert substitute_words(sentences, tags, rate=0.0, rng=np.random.default_rng(0), budgets=wide) == kept
+    many = substitute_words(sentences * 300, tags * 300, rate=0.3, rng=np.random.default_rng(1), budgets=wide * 300)
+    changed = sum(a != b for s, k in zip(many, kept * 300) for a, b in zip(s, k))
+    assert 270 < changed < 360  # 0.3 x 3.5 expected changes (a draw may give the word itself back) x 300 = 315
+    # groups: donors from the sentence's own group only
+    for seed in range(50):
+        out = substitute_words(
+            sentences, tags, rate=1.0, rng=np.random.default_rng(seed), budgets=wide, groups=[0, 0, 1, 1]
+        )
+        assert out[1][0] in ([1], [4]) and out[0][1] in ([2, 2], [5]) and out[2][0] in ([6, 6, 6], [5])
+    # budgets count pieces: the second sentence (2 pieces) may take "6 6 6" for "5" within 4, not within 3
+    made: dict[int, set] = {3: set(), 4: set()}
+    for seed in range(60):
+        for limit, found in made.items():
+            budgets = [100, limit, 100, 100]
+            out = substitute_words(sentences, tags, rate=1.0, rng=np.random.default_rng(seed), budgets=budgets)
+            assert sum(map(len, out[1])) <= limit
+            found.add(tuple(map(tuple, out[1])))
+    assert ((4,), (6, 6, 6)) in made[4] and ((4,), (6, 6, 6)) not in made[3]
+
+
+def test_word_substitution_redraws_the_words_each_epoch_and_resumes_exactly(tmp_path, treebank):
+    """train.word_substitution on a parsing run: each epoch's draw replaces about the rate's share of the training
+    words by words of the same tag, the targets are the prepared ones and each sentence still reads as a tree over
+    its words; the draw is kept in RUN/subwords and made again when the rate changes; a stopped and resumed run
+    equals a straight one; the option changes what is learnt. Other tasks refuse it."""
+    from types import SimpleNamespace
+
+    from transduce.training.loop import check_setup
+
+    settings = {"word_substitution": 0.3, "max_steps": 24, "save_every": 8}
+    config = tiny_config(*treebank, valid_every=24, valid_max_sentences=3, **settings)
+    config = config.replace(model=dataclasses.replace(config.model, word_pointer=True, word_pointer_last=True))
+    task = prepare_run(config, tmp_path / "probe")
+    check_setup(task, config.train)
+    prepared, sp, vocab = task.data.splits["train"], task.data.tokenizer.sp, task.data.vocab
+    a, b, again = (task.sampled_corpus(seed=1, epoch=e) for e in (0, 1, 0))
+    assert np.array_equal(a.src.ids, again.src.ids) and not np.array_equal(a.src.ids, b.src.ids)
+    assert a.tgt is prepared.tgt  # the trees are the prepared ones
+    tags_of: dict[str, set[str]] = {}
+    for tree in trees.read_trees(treebank[0], normalized=True):
+        for word, tag in zip(trees.words(tree), trees.tags(tree)):
+            tags_of.setdefault(word, set()).add(tag)
+    changed = total = 0
+
+    def spelled(corpus, i):
+        starts = corpus.starts[i]
+        assert starts[-1] == len(corpus.src[i])
+        return sp.decode([corpus.src[i][x:y].tolist() for x, y in zip(starts[:-1], starts[1:])])
+
+    for i in range(len(prepared)):
+        new, old = spelled(a, i), spelled(prepared, i)
+        tree = trees.delinearize(vocab.decode(a.tgt[i]), new)
+        assert trees.words(tree) == new and len(new) == len(old)
+        for word, tag in zip(new, trees.tags(tree)):
+            assert tag in tags_of.get(word, {tag})  # a known word keeps a tag it has in the training trees
+        changed += sum(x != y for x, y in zip(new, old))
+        total += len(new)
+    assert 0.1 * total < changed < 0.35 * total
+
+    kept = task.epoch_corpus(seed=1, epoch=0)
+    assert all(np.array_equal(getattr(kept, f).ids, getattr(a, f).ids) for f in ("src", "starts"))
+    task.config = config.replace(train=dataclasses.replace(config.train, word_substitution=0.1))
+    redrawn = task.epoch_corpus(seed=1, epoch=0)  # another rate: drawn again
+    assert not np.array_equal(redrawn.src.ids, a.src.ids)
+    _resumes_exactly_and_keeps_its_draws(config, tmp_path, ("src", "starts"), word_substitution=0.0)
+
+    other = SimpleNamespace(name="translation", metrics={"loss": ("valid_loss", False)}, has_validation=True)
+    with pytest.raises(ConfigError, match="word_substitution applies to parsing runs, not to translation"):
+        check_setup(other, TrainConfig(word_substitution=0.1))
+    with pytest.raises(ConfigError, match=r"word_substitution must be in \[0, 1\)"):
+        TrainConfig(word_substitution=1.0)
+    with pytest.raises(ConfigError, match="word_substitution needs data.keep_tags = true"):
+        config.replace(data=dataclasses.replace(config.data, keep_tags=False))
+
+
+def test_extra_trees_marked_apart_through_every_draw(tmp_path, treebank):
+    """data.mark_extra: the extra_train trees' sources begin with the <s> id (the word starts count it), data.train's
+    and validation's do not; each epoch's draw (subword sampling, word and subtree substitution) keeps the marker on
+    exactly those trees, with trees over their words behind it; a run trains and parses unmarked input. Off, no
+    source holds the id, and the data cache key is the one of runs made before the option."""
+    import hashlib
+
+    from transduce.data.tokenizer import BOS_ID
+    from transduce.tasks.parsing import CACHE_VERSION, ParseDataConfig, _cache_key
+    from transduce.training.loop import train
+
+    extra = write_treebank(tmp_path / "extra.trees", 40, seed=7)
+    settings = {"subword_sampling": 0.2, "word_substitution": 0.2, "subtree_substitution": 0.5, "max_steps": 6}
+    config = tiny_config(*treebank, valid_every=6, valid_max_sentences=3, **settings)
+    config = config.replace(
+        data=dataclasses.replace(config.data, extra_train=(str(extra),), mark_extra=True),
+        model=dataclasses.replace(config.model, word_pointer=True, word_pointer_last=True),
+    )
+    task = prepare_run(config, tmp_path / "marked")
+    prepared, valid = task.data.splits["train"], task.data.splits["valid"]
+    n_main = len(prepared) - 40
+    marked = np.array([prepared.src[i][0] == BOS_ID for i in range(len(prepared))])
+    assert not marked[:n_main].any() and marked[n_main:].all()
+    assert all(prepared.starts[i][0] == int(marked[i]) for i in range(len(prepared)))
+    assert not any(BOS_ID in valid.src[i] for i in range(len(valid)))
+    sp, vocab = task.data.tokenizer.sp, task.data.vocab
+    for epoch in range(3):
+        drawn = task.sampled_corpus(seed=1, epoch=epoch)
+        assert any(not np.array_equal(drawn.src[i], prepared.src[i]) for i in range(n_main, len(prepared)))
+        for i in range(len(drawn)):
+            src, starts = drawn.src[i], drawn.starts[i]
+            assert (src[0] == BOS_ID) == marked[i] and starts[0] == int(marked[i]) and BOS_ID not in src[1:]
+            sentence = sp.decode([src[x:y].tolist() for x, y in zip(starts[:-1], starts[1:])])
+            assert trees.words(trees.delinearize(vocab.decode(drawn.tgt[i]), sentence)) == sentence
+    train(config, tmp_path / "run", quiet=True)
+    parsed = Parser.from_run(tmp_path / "run", device="cpu").parse(["the dog sees a cat ."], beam=2)
+    assert trees.words(trees.parse_tree(parsed[0])) == ["the", "dog", "sees", "a", "cat", "."]
+
+    plain = prepare_run(config.replace(data=dataclasses.replace(config.data, mark_extra=False)), tmp_path / "plain")
+    assert BOS_ID not in plain.data.splits["train"].src.ids
+    digests = {"x": "0"}
+    options = dataclasses.asdict(ParseDataConfig(train=("t",), extra_train=("e",)))
+    del options["mark_extra"]
+    before = hashlib.sha256(
+        json.dumps({"version": CACHE_VERSION, "options": options, "inputs": digests}, sort_keys=True).encode()
+    ).hexdigest()[:16]
+    assert _cache_key(ParseDataConfig(train=("t",), extra_train=("e",)), digests) == before
+    assert _cache_key(ParseDataConfig(train=("t",), extra_train=("e",), mark_extra=True), digests) != before
+    with pytest.raises(ConfigError, match="data.mark_extra marks the extra_train trees, but data.extra_train is empty"):
+        ParseDataConfig(train=("t",), mark_extra=True)
 
 
 def test_untagged_targets_with_the_pointer_parse_and_score(tmp_path, treebank):

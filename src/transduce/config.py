@@ -180,6 +180,8 @@ class TrainConfig:
     # one; Kudo 2018, Provilkov et al. 2020)
     subtree_substitution: float = 0.0  # parsing: the share of training trees in which, each epoch, one constituent is
     # replaced by one of the same label from a training tree (its words and its subtree; Shi et al. 2021, "SUB2")
+    word_substitution: float = 0.0  # parsing: the share of training words that, each epoch, are replaced by a training
+    # word of the same POS tag (the tree unchanged)
     log_every: int = 50
     max_minutes: float = 0.0  # stop (and save) after this much wall-clock time; 0 = no limit
     max_epochs: int = 0  # stop after this many passes over the training data; 0 = no limit
@@ -232,6 +234,8 @@ class TrainConfig:
             raise ConfigError(f"train.subword_sampling must be in [0, 1), got {self.subword_sampling}")
         if not 0.0 <= self.subtree_substitution <= 1.0:
             raise ConfigError(f"train.subtree_substitution must be in [0, 1], got {self.subtree_substitution}")
+        if not 0.0 <= self.word_substitution < 1.0:
+            raise ConfigError(f"train.word_substitution must be in [0, 1), got {self.word_substitution}")
         if self.lr_clock and (self.lr_schedule != "linear" or self.max_minutes <= 0):
             raise ConfigError(
                 "train.lr_clock needs train.lr_schedule = 'linear' and a train.max_minutes budget to decay over, "

@@ -93,6 +93,7 @@ from .trees import (
 CACHE_VERSION = 2  # 2: words encoded one by one, their start positions kept (the word pointer)
 TARGET_VOCAB = "target_vocab.json"
 SUBSTITUTION_STREAM = 0x5B2  # numpy's generator for train.subtree_substitution: (seed, epoch, this)
+WORD_STREAM = 0x5B3  # ... and for train.word_substitution
 
 
 # ----------------------------------------------------------------------------------------------------------- config
@@ -107,7 +108,11 @@ class ParseDataConfig:
     the same way (traces, function tags and indices removed, root relabelled ROOT). `keep_tags`: the target keeps the
     POS tags (the parser then tags too); false writes every preterminal as "XX" (Vinyals et al. 2015). `vocab_size`:
     SentencePiece pieces for the words (the target tokens come on top). `max_len`: training and validation trees
-    whose source pieces or target tokens exceed it are dropped and counted."""
+    whose source pieces or target tokens exceed it are dropped and counted. `mark_extra`: the sources of the
+    extra_train trees begin with a marker (the tokenizer's <s> id, which no source holds otherwise), so that the
+    model can keep their treebank's conventions apart from data.train's (a treebank embedding, as in Stymne et al.
+    2018); validation and `parse` input have none, so the parser answers in data.train's conventions. The marker
+    takes one of max_len's positions."""
 
     train: tuple[str, ...] = ()
     valid: str = ""
@@ -116,6 +121,7 @@ class ParseDataConfig:
     vocab_size: int = 4000
     model_type: str = "bpe"
     max_len: int = 400
+    mark_extra: bool = False
 
     def __post_init__(self) -> None:
         if self.vocab_size <= 4:
@@ -124,6 +130,8 @@ class ParseDataConfig:
             raise ConfigError(f"data.model_type must be 'bpe' or 'unigram', got {self.model_type!r}")
         if self.max_len <= 0:
             raise ConfigError(f"data.max_len must be positive, got {self.max_len}")
+        if self.mark_extra and not self.extra_train:
+            raise ConfigError("data.mark_extra marks the extra_train trees, but data.extra_train is empty")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +179,10 @@ class ParsingRunConfig:
             raise ConfigError(
                 f"data.max_len ({self.data.max_len}) must be below model.max_len "
                 f"({self.model.max_len}): a sequence also needs EOS (source) or BOS (target)"
+            )
+        if self.train.word_substitution > 0 and not self.data.keep_tags:
+            raise ConfigError(
+                "train.word_substitution needs data.keep_tags = true: with XX preterminals every word has the same tag"
             )
 
     def to_dict(self) -> dict:
@@ -265,12 +277,15 @@ def encode_words(tokenizer: Tokenizer, sentences: Sequence[Sequence[str]]) -> tu
     return join_words([[next(pieces) or [UNK_ID] for _ in sentence] for sentence in sentences])
 
 
-def join_words(sentences: Sequence[Sequence[list[int]]]) -> tuple[list[list[int]], list[list[int]]]:
-    """Sentences given as each word's pieces -> the piece ids per sentence and the word starts (see ParseCorpus)."""
+def join_words(
+    sentences: Sequence[Sequence[list[int]]], prefixes: Sequence[list[int]] | None = None
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Sentences given as each word's pieces -> the piece ids per sentence and the word starts (see ParseCorpus).
+    `prefixes`: ids put before each sentence's first word (data.mark_extra's marker), counted in the starts."""
     ids: list[list[int]] = []
     starts: list[list[int]] = []
-    for sentence in sentences:
-        row: list[int] = []
+    for i, sentence in enumerate(sentences):
+        row: list[int] = list(prefixes[i]) if prefixes is not None else []
         at: list[int] = []
         for word in sentence:
             at.append(len(row))
@@ -314,12 +329,11 @@ def _input_files(config: ParseDataConfig) -> dict[str, list[Path]]:
 
 
 def _cache_key(config: ParseDataConfig, digests: dict[str, str]) -> str:
+    options = dataclasses.asdict(config)
+    if not config.mark_extra:  # left out when off, so that the caches of runs made before the option still match
+        del options["mark_extra"]
     h = hashlib.sha256()
-    h.update(
-        json.dumps(
-            {"version": CACHE_VERSION, "options": dataclasses.asdict(config), "inputs": digests}, sort_keys=True
-        ).encode()
-    )
+    h.update(json.dumps({"version": CACHE_VERSION, "options": options, "inputs": digests}, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -344,7 +358,9 @@ def prepare_trees(
 
 
 def _prepare_into(config: ParseDataConfig, files: dict[str, list[Path]], out: Path) -> dict:
-    raw = {split: [t for path in paths for t in read_trees(path)] for split, paths in files.items()}
+    per_file = {split: [read_trees(path) for path in paths] for split, paths in files.items()}
+    raw = {split: [t for trees in found for t in trees] for split, found in per_file.items()}
+    main_trees = sum(len(trees) for trees in per_file["train"][: len(config.train)])  # the rest: extra_train
     normalized = {split: [normalize(t) for t in trees] for split, trees in raw.items()}
     sentences = {split: [" ".join(words(t)) for t in trees] for split, trees in normalized.items()}
     tokenizer = Tokenizer.train(
@@ -365,6 +381,9 @@ def _prepare_into(config: ParseDataConfig, files: dict[str, list[Path]], out: Pa
     }
     for split, trees in raw.items():
         src, starts = encode_words(tokenizer, [words(t) for t in normalized[split]])
+        if split == "train" and config.mark_extra:
+            src[main_trees:] = [[BOS_ID, *row] for row in src[main_trees:]]
+            starts[main_trees:] = [[at + 1 for at in row] for row in starts[main_trees:]]
         tgt = [vocab.encode(linearize(t, keep_tags=config.keep_tags)) for t in normalized[split]]
         keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if len(s) <= config.max_len and len(t) <= config.max_len]
         corpus = ParseCorpus(
@@ -539,30 +558,72 @@ def substitute_subtrees(
     rate: float,
     rng: np.random.Generator,
     max_len: int,
+    budgets: Sequence[int] | None = None,
+    groups: Sequence[int] | None = None,
 ) -> tuple[list[list[list[int]]], list[np.ndarray]]:
     """Same-label subtree substitution (Shi et al. 2021, "SUB2"): each tree, with probability `rate`, has one of its
     constituents (`tree_phrases`, chosen uniformly) replaced by a constituent of the same label drawn uniformly from
     all the trees' (its own included), words and subtree together. `sentences`: each tree's words as their source
-    pieces; `targets`: the linearized trees. A result longer than `max_len` (source pieces or target tokens) keeps
-    the tree as it was. Returns new lists (the inputs are not changed)."""
-    pool: dict[int, list[tuple[int, int]]] = {}
+    pieces; `targets`: the linearized trees. A result with more than `max_len` target tokens, or more source pieces
+    than its tree's budget (`budgets`, default `max_len`), keeps the tree as it was. `groups`: each tree's treebank
+    (data.mark_extra); donors then come from the tree's own group only. Returns new lists (the inputs are not
+    changed)."""
+    pool: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for i, found in enumerate(phrases):
         for k, (start, _, _, _) in enumerate(found):
-            pool.setdefault(int(targets[i][start]), []).append((i, k))
+            pool.setdefault((int(targets[i][start]), groups[i] if groups else 0), []).append((i, k))
     out_sentences = [list(sentence) for sentence in sentences]
     out_targets = list(targets)
     for i in np.flatnonzero(rng.random(len(targets)) < rate).tolist():
         if not phrases[i]:
             continue
         start, end, first, last = phrases[i][int(rng.integers(len(phrases[i])))]
-        donors = pool[int(targets[i][start])]
+        donors = pool[(int(targets[i][start]), groups[i] if groups else 0)]
         d, k = donors[int(rng.integers(len(donors)))]
         d_start, d_end, d_first, d_last = phrases[d][k]
         target = np.concatenate([targets[i][:start], targets[d][d_start:d_end], targets[i][end:]])
         sentence = [*sentences[i][:first], *sentences[d][d_first:d_last], *sentences[i][last:]]
-        if len(target) <= max_len and sum(len(pieces) for pieces in sentence) <= max_len:
+        budget = budgets[i] if budgets is not None else max_len
+        if len(target) <= max_len and sum(len(pieces) for pieces in sentence) <= budget:
             out_sentences[i], out_targets[i] = sentence, target
     return out_sentences, out_targets
+
+
+def substitute_words(
+    sentences: Sequence[Sequence[list[int]]],
+    tags: Sequence[np.ndarray],
+    *,
+    rate: float,
+    rng: np.random.Generator,
+    budgets: Sequence[int],
+    groups: Sequence[int] | None = None,
+) -> list[list[list[int]]]:
+    """Same-tag word substitution (the preterminal case of Shi et al. 2021's substitution): each word, with
+    probability `rate`, is replaced by a word of the same POS tag drawn from all the training words (as often as
+    they occur), so the tree stays as it was. `sentences`: each tree's words as their source pieces; `tags`: each
+    word's tag id, one array per sentence. A sentence whose pieces would exceed its budget (`budgets`) keeps its
+    words. `groups`: each sentence's treebank (data.mark_extra); donors then come from the word's own group only.
+    Returns new lists (the inputs are not changed)."""
+    where = [(i, k) for i, sentence_tags in enumerate(tags) for k in range(len(sentence_tags))]
+    if not where:
+        return [list(sentence) for sentence in sentences]
+    flat = np.concatenate([np.asarray(t, dtype=np.int64) for t in tags])
+    if groups is not None:  # one key per (tag, group)
+        flat = flat * (max(groups) + 1) + np.repeat(np.asarray(groups, dtype=np.int64), [len(t) for t in tags])
+    order = np.argsort(flat, kind="stable")  # the words grouped by tag, so that a donor is one index into a group
+    first = np.searchsorted(flat[order], flat, side="left")
+    size = np.searchsorted(flat[order], flat, side="right") - first
+    chosen = np.flatnonzero(rng.random(len(flat)) < rate)
+    donors = order[first[chosen] + (rng.random(len(chosen)) * size[chosen]).astype(np.int64)]
+    out = [list(sentence) for sentence in sentences]
+    for at, donor in zip(chosen.tolist(), donors.tolist()):
+        i, k = where[at]
+        d, j = where[donor]
+        out[i][k] = sentences[d][j]
+    for i, sentence in enumerate(out):
+        if sum(len(pieces) for pieces in sentence) > budgets[i]:
+            out[i] = list(sentences[i])
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------------- task
@@ -576,6 +637,7 @@ class ParsingTask(SequenceTask):
     config_class: ClassVar[type] = ParsingRunConfig
     sampled_parts: ClassVar[tuple[str, ...]] = ("src", "starts")  # subword sampling redraws the source words' pieces
     substitutes_subtrees: ClassVar[bool] = True  # train.subtree_substitution applies (and redraws "tgt" too)
+    substitutes_words: ClassVar[bool] = True  # train.word_substitution applies (it redraws "src" and "starts")
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "f1": ("valid_f1", True)}
 
     def __init__(self, config: ParsingRunConfig, data: ParseData) -> None:
@@ -592,18 +654,25 @@ class ParsingTask(SequenceTask):
         self._words: list[list[str | None]] | None = None  # the training words, read back for subword sampling
         self._phrases: list[list[tuple[int, int, int, int]]] | None = None  # each training tree's, for substitution
         self._kept: list[list[list[int]]] | None = None  # each training word's prepared pieces
+        self._tags: list[np.ndarray] | None = None  # each training word's tag id, for word substitution
 
     def redraws(self) -> bool:
-        return super().redraws() or self.config.train.subtree_substitution > 0
+        train = self.config.train
+        return super().redraws() or train.subtree_substitution > 0 or train.word_substitution > 0
 
     def draw_parts(self) -> tuple[str, ...]:
         return (*self.sampled_parts, "tgt") if self.config.train.subtree_substitution > 0 else self.sampled_parts
 
     def draw_options(self) -> dict[str, Any]:
-        return {**super().draw_options(), "substitution": self.config.train.subtree_substitution}
+        train = self.config.train
+        return {
+            **super().draw_options(),
+            "substitution": train.subtree_substitution,
+            "word_substitution": train.word_substitution,
+        }
 
     def draw_defaults(self) -> dict[str, Any]:
-        return {"substitution": 0.0}  # draws made before the option: without substitution
+        return {"substitution": 0.0, "word_substitution": 0.0}  # draws made before the options: without them
 
     def training_words(self) -> list[list[str | None]]:
         """Each training sentence's words as its prepared pieces spell them (the tokenizer's normalisation
@@ -624,12 +693,24 @@ class ParsingTask(SequenceTask):
         - train.subword_sampling: every word is cut into pieces at random (BPE-dropout for the recipe's BPE pieces),
           each word on its own as in `encode_words`. A word with an UNK piece, and a sentence whose sampled pieces
           exceed data.max_len, keep their prepared pieces.
+        - train.word_substitution: then each word, with that probability, is replaced by a training word of the same
+          tag (`substitute_words`), with the pieces this epoch drew for that word; the tree is unchanged.
         - train.subtree_substitution: then each tree, with that probability, gets one constituent replaced by one of
           the same label (`substitute_subtrees`), its words with the pieces this epoch drew for them.
         The word starts follow the pieces; without substitution the targets are the prepared ones."""
         prepared, train = self.data.splits["train"], self.config.train
+        prefixes = self._prefixes()
+        budgets = [self.config.data.max_len - len(prefix) for prefix in prefixes]
+        groups = [len(prefix) for prefix in prefixes] if self.config.data.mark_extra else None  # 1: marked
         sentences = self._sampled_words(seed, epoch) if train.subword_sampling > 0 else self._prepared_words()
         tgt = prepared.tgt
+        if train.word_substitution > 0:
+            if self._tags is None:
+                kinds = self.data.vocab.constraint().kinds.numpy()
+                self._tags = [t[kinds[t] == LEAF] for t in (prepared.tgt[i] for i in range(len(prepared)))]
+            rng = np.random.default_rng([seed, epoch, WORD_STREAM])
+            rate = train.word_substitution
+            sentences = substitute_words(sentences, self._tags, rate=rate, rng=rng, budgets=budgets, groups=groups)
         if train.subtree_substitution > 0:
             if self._phrases is None:
                 kinds = self.data.vocab.constraint().kinds.numpy()
@@ -642,10 +723,18 @@ class ParsingTask(SequenceTask):
                 rate=train.subtree_substitution,
                 rng=rng,
                 max_len=self.config.data.max_len,
+                budgets=budgets,
+                groups=groups,
             )
             tgt = TokenArrays.from_lists([t.tolist() for t in targets])
-        src, starts = join_words(sentences)
+        src, starts = join_words(sentences, prefixes)
         return ParseCorpus(TokenArrays.from_lists(src), tgt, TokenArrays.from_lists(starts))
+
+    def _prefixes(self) -> list[list[int]]:
+        """What each prepared training source holds before its first word: data.mark_extra's marker, or nothing.
+        The words' pieces may fill data.max_len less that."""
+        prepared = self.data.splits["train"]
+        return [prepared.src[i][: prepared.starts[i][0]].tolist() for i in range(len(prepared))]
 
     def _prepared_words(self) -> list[list[list[int]]]:
         """Each training sentence's words as their prepared pieces (made once; callers copy before changing)."""
@@ -662,6 +751,7 @@ class ParsingTask(SequenceTask):
         if self._words is None:
             self._words = self.training_words()
         kept = self._prepared_words()
+        budgets = [self.config.data.max_len - len(prefix) for prefix in self._prefixes()]
         known = [w for sentence in self._words for w in sentence if w is not None]
         sampled = iter(
             self.data.tokenizer.encode_sampled(
@@ -673,7 +763,7 @@ class ParsingTask(SequenceTask):
         out: list[list[list[int]]] = []
         for i, sentence in enumerate(self._words):
             drawn = [(next(sampled) if word is not None else []) or kept[i][k] for k, word in enumerate(sentence)]
-            out.append(drawn if sum(len(p) for p in drawn) <= self.config.data.max_len else kept[i])
+            out.append(drawn if sum(len(p) for p in drawn) <= budgets[i] else kept[i])
         return out
 
     def collate_pairs(self, corpus: ParallelCorpus, indices: np.ndarray, **options) -> Batch:

@@ -24,8 +24,9 @@ from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
 
-# RUN/subwords/epoch-N: one epoch's draw under train.subword_sampling (and, parsing, train.subtree_substitution); the
-# manifest's kind keeps its first name, so the folders of earlier runs are still recognised as this project's
+# RUN/subwords/epoch-N: one epoch's draw under train.subword_sampling (and, parsing, train.subtree_substitution or
+# train.word_substitution); the manifest's kind keeps its first name, so the folders of earlier runs are still
+# recognised as this project's
 SUBWORDS, DRAW = "subwords", "subword draw"
 
 

@@ -104,6 +104,8 @@ def check_setup(task: Task, tc: TrainConfig) -> None:
         raise ConfigError(f"train.subword_sampling applies to translation and parsing runs, not to {task.name}")
     if tc.subtree_substitution and not getattr(task, "substitutes_subtrees", False):
         raise ConfigError(f"train.subtree_substitution applies to parsing runs, not to {task.name}")
+    if tc.word_substitution and not getattr(task, "substitutes_words", False):
+        raise ConfigError(f"train.word_substitution applies to parsing runs, not to {task.name}")
     if tc.patience > 0 and not task.has_validation:
         raise ConfigError(f"train.patience is {tc.patience} but there is no validation data (set data.valid)")
     task.check()
