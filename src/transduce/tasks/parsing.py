@@ -655,6 +655,7 @@ class ParsingTask(SequenceTask):
         self._phrases: list[list[tuple[int, int, int, int]]] | None = None  # each training tree's, for substitution
         self._kept: list[list[list[int]]] | None = None  # each training word's prepared pieces
         self._tags: list[np.ndarray] | None = None  # each training word's tag id, for word substitution
+        self._prefix: list[list[int]] | None = None  # what each training source holds before its first word
 
     def redraws(self) -> bool:
         train = self.config.train
@@ -701,8 +702,8 @@ class ParsingTask(SequenceTask):
         prepared, train = self.data.splits["train"], self.config.train
         prefixes = self._prefixes()
         budgets = [self.config.data.max_len - len(prefix) for prefix in prefixes]
-        groups = [len(prefix) for prefix in prefixes] if self.config.data.mark_extra else None  # 1: marked
-        sentences = self._sampled_words(seed, epoch) if train.subword_sampling > 0 else self._prepared_words()
+        groups = [len(prefix) for prefix in prefixes]  # 1: marked (data.mark_extra), else all 0: one group
+        sentences = self._sampled_words(seed, epoch, budgets) if train.subword_sampling > 0 else self._prepared_words()
         tgt = prepared.tgt
         if train.word_substitution > 0:
             if self._tags is None:
@@ -731,10 +732,12 @@ class ParsingTask(SequenceTask):
         return ParseCorpus(TokenArrays.from_lists(src), tgt, TokenArrays.from_lists(starts))
 
     def _prefixes(self) -> list[list[int]]:
-        """What each prepared training source holds before its first word: data.mark_extra's marker, or nothing.
-        The words' pieces may fill data.max_len less that."""
-        prepared = self.data.splits["train"]
-        return [prepared.src[i][: prepared.starts[i][0]].tolist() for i in range(len(prepared))]
+        """What each prepared training source holds before its first word: data.mark_extra's marker, or nothing
+        (made once). The words' pieces may fill data.max_len less that."""
+        if self._prefix is None:
+            prepared = self.data.splits["train"]
+            self._prefix = [prepared.src[i][: prepared.starts[i][0]].tolist() for i in range(len(prepared))]
+        return self._prefix
 
     def _prepared_words(self) -> list[list[list[int]]]:
         """Each training sentence's words as their prepared pieces (made once; callers copy before changing)."""
@@ -746,12 +749,12 @@ class ParsingTask(SequenceTask):
             ]
         return self._kept
 
-    def _sampled_words(self, seed: int, epoch: int) -> list[list[list[int]]]:
-        """Each training sentence's words cut into pieces at random (train.subword_sampling)."""
+    def _sampled_words(self, seed: int, epoch: int, budgets: Sequence[int]) -> list[list[list[int]]]:
+        """Each training sentence's words cut into pieces at random (train.subword_sampling); a sentence over its
+        budget of pieces keeps its prepared ones."""
         if self._words is None:
             self._words = self.training_words()
         kept = self._prepared_words()
-        budgets = [self.config.data.max_len - len(prefix) for prefix in self._prefixes()]
         known = [w for sentence in self._words for w in sentence if w is not None]
         sampled = iter(
             self.data.tokenizer.encode_sampled(
