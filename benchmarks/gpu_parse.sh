@@ -18,6 +18,7 @@
 # try the script on a machine without a GPU. Exit status: the number of failed steps (0: all ran).
 # Runs so far (BENCHMARKS.md, parsing): 2026-11-26, one H200, twenty-fourth run: seed 1 from gpu_pair.sh with
 # MINUTES=4; seeds 2 and 3 and the ensemble of the three by hand, in a second call (SEEDS="1 2 3" now does it all).
+# 2026-11-27, one H200, thirty-first to thirty-fourth runs: the RUNS / ENSEMBLES / PARALLEL=1 example above, MINUTES=5.
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/out/gpu-parse}
@@ -62,7 +63,7 @@ since() { $PY -c "import sys; print(round($(now) - $1, 1))"; }
 FAILS=0
 S="$OUT/parse-summary.txt"
 {
-  echo "gum-parse on $DEVICE, runs$RUNS, ensembles ${ENSEMBLES:-none}, train.max_minutes=$MINUTES, from $(date -u +%H:%M:%S)"
+  echo "gum-parse on $DEVICE, runs:$RUNS, ensembles ${ENSEMBLES:-none}, train.max_minutes=$MINUTES, from $(date -u +%H:%M:%S)"
   command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   $PY -c "import torch; print('torch', torch.__version__)"
 } > "$S" 2>&1
