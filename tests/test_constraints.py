@@ -275,6 +275,54 @@ def test_span_pointer_follows_the_innermost_open_constituent():
         constraint().for_sentences([2], span=True)
 
 
+def test_tree_position_follows_the_depth_and_the_innermost_open_label():
+    """Bound with tree=True (model.tree_position), the pointer's last two columns are each row's depth and the id of
+    its innermost open "(LABEL" (0 outside the root): step by step against tree_states (what training reads off the
+    target), on rows decoding different trees, through reorder and select; with span=True too, the span column comes
+    before them."""
+    from transduce.tasks.parsing import span_words, tree_states
+
+    kinds = constraint().kinds.numpy()
+    sequences = [  # a tree per row, as target ids (with EOS)
+        [ID[t] for t in "(ROOT (S (NP DT NN ) (VP VBZ ) . ) ) </s>".split()],
+        [ID[t] for t in "(ROOT (NP (NP NN ) (PP IN (NP NNS ) ) ) ) </s>".split()],
+    ]
+    starts = [[0, 2, 3, 5, 6], [0, 1, 3, 4]]
+    expected = [tree_states(seq[:-1], kinds).tolist() for seq in sequences]
+    assert expected[0][:4] == [[0, 0], [1, ID["(ROOT"]], [2, ID["(S"]], [3, ID["(NP"]]]
+    assert expected[0][6] == [2, ID["(S"]] and expected[0][-1] == [0, 0]  # back in (S after (NP closes; root closed
+    assert expected[1][8] == [4, ID["(NP"]] and expected[1][7] == [3, ID["(PP"]]
+    for span in (False, True):
+        c = constraint().for_sentences([4, 3], starts, span=span, tree=True)
+        state = c.start(torch.tensor([15, 15]))
+        assert state.open_labels.shape == (2, 15)
+        seen = []
+        for step in range(max(map(len, sequences))):
+            pointer = c.pointer(state)
+            assert pointer is not None and pointer.shape == (2, 3 + span)  # next word's first piece, [span,] tree
+            seen.append(pointer[:, -2:].tolist())
+            if span:
+                spans = [
+                    starts[r][span_words(seq[:-1], kinds, len(starts[r]) - 1)[min(step, len(seq) - 1)]]
+                    for r, seq in enumerate(sequences)
+                ]
+                assert pointer[:, 1].tolist() == spans
+            if step == 7:  # rows swapped and duplicated, then one kept: the stack follows its row
+                assert c.pointer(c.reorder(state, torch.tensor([1, 0, 1])))[:, -2:].tolist() == [
+                    seen[-1][1],
+                    seen[-1][0],
+                    seen[-1][1],
+                ]
+                assert c.pointer(c.select(state, torch.tensor([0])))[:, -2:].tolist() == seen[-1][:1]
+            tokens = [seq[min(step, len(seq) - 1)] for seq in sequences]
+            assert bool(c.allowed(state)[torch.arange(2), torch.tensor(tokens)].all())
+            state = c.advance(state, torch.tensor(tokens))
+        for row, seq in enumerate(sequences):
+            assert [s[row] for s in seen[: len(seq)]] == expected[row]
+    with pytest.raises(ValueError, match="tree=True needs the word starts"):
+        constraint().for_sentences([2], tree=True)
+
+
 def test_accepted_sequences_are_exactly_the_trees_within_the_limit():
     """For 2 words and at most 10 output tokens, a breadth-first walk of the constraint finds exactly the token
     sequences that delinearize to a ROOT-rooted tree (enumerated from all sequences over a 4-token vocabulary)."""

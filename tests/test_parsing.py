@@ -297,6 +297,8 @@ def test_config_checks_and_the_shipped_recipe():
         ModelConfig(word_pointer_last=True)
     with pytest.raises(ConfigError, match="span_pointer needs model.word_pointer"):
         ModelConfig(span_pointer=True)
+    with pytest.raises(ConfigError, match="tree_position needs model.word_pointer"):
+        ModelConfig(tree_position=True)
     assert (ParseDecodeConfig().beam, ParseDecodeConfig().alpha, ParseDecodeConfig().max_len_b) == (21, 0.3, 300)
     import tomllib
 
@@ -415,25 +417,33 @@ def test_parse_evalb_and_attention_commands(tiny_run, treebank, tmp_path, capsys
 @pytest.fixture(
     scope="module",
     params=[
-        (False, False, False),
-        (True, False, False),
-        (False, True, False),
-        (True, True, False),
-        (False, False, True),
-        (True, True, True),
+        (False, False, False, False),
+        (True, False, False, False),
+        (False, True, False, False),
+        (True, True, False, False),
+        (False, False, True, False),
+        (True, True, True, False),
+        (False, False, False, True),
+        (True, True, True, True),
     ],
-    ids=["pointer", "+output", "+last", "+output+last", "+span", "+output+last+span"],
+    ids=["pointer", "+output", "+last", "+output+last", "+span", "+output+last+span", "+tree", "+all"],
 )
 def pointer_run(request, tmp_path_factory, treebank) -> tuple[Path, ParsingTask]:
     """Like tiny_run, with model.word_pointer (and, the second time, model.word_pointer_output: the pointed state
     also added before the output layer; then model.word_pointer_last, the word's last piece pointed at too, without
     and with the output pointer; then model.span_pointer, the innermost open constituent's first word pointed at
-    too, alone and with both): untrained weights saved as best.safetensors."""
+    too, alone and with both; then model.tree_position, the depth and the innermost open label, alone and with all
+    the others): untrained weights saved as best.safetensors."""
     run = tmp_path_factory.mktemp("pointer") / "run"
     config = tiny_config(*treebank)
-    output, last, span = request.param
+    output, last, span, tree = request.param
     model = dataclasses.replace(
-        config.model, word_pointer=True, word_pointer_output=output, word_pointer_last=last, span_pointer=span
+        config.model,
+        word_pointer=True,
+        word_pointer_output=output,
+        word_pointer_last=last,
+        span_pointer=span,
+        tree_position=tree,
     )
     config = config.replace(model=model)
     task = prepare_run(config, run)
@@ -446,11 +456,13 @@ def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
     """At every decoder input (BOS + target), word_pos is the source position of the first piece of the word after
     the leaves written so far (the input itself included), and the source EOS once every word is covered: checked
     against the pieces' text. With word_pointer_last, also the position of that word's last piece (EOS's: EOS); with
-    span_pointer, then the first piece of the first word of the innermost open constituent (EOS outside the root)."""
+    span_pointer, then the first piece of the first word of the innermost open constituent (EOS outside the root); with
+    tree_position, then the depth and the id of the innermost open "(LABEL" (0 outside the root)."""
     _, task = pointer_run
     vocab, sp = task.data.vocab, task.data.tokenizer.sp
     last, span = task.config.model.word_pointer_last, task.config.model.span_pointer
-    reads = 1 + last + span
+    tree = task.config.model.tree_position
+    reads = 1 + last + span + 2 * tree
     batch = task.collate(task.batches(max_tokens=600, seed=2, epoch=0)[0])
     assert batch.word_pos is not None
     assert batch.word_pos.shape == (*batch.tgt_in.shape, *((reads,) if reads > 1 else ()))
@@ -461,15 +473,18 @@ def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
         word_end = [b - 1 for b in word_at[1:]] + [len(src) - 1]
         multi_piece += sum(b > a for a, b in zip(word_at, word_end))
         tokens = vocab.decode(batch.tgt_in[row, 1:].tolist())
-        used, opened = 0, []  # opened: the word each open constituent starts at
+        used, opened, labels = 0, [], []  # opened: the word each open constituent starts at; labels: its "(LABEL"
         for j in range(int(batch.tgt_in[row].ne(0).sum())):
             if j > 0 and tokens[j - 1].startswith("("):
                 opened.append(used)
+                labels.append(vocab.encode([tokens[j - 1]])[0])
             elif j > 0 and tokens[j - 1] == ")":
                 opened.pop()
+                labels.pop()
             elif j > 0 and tokens[j - 1] not in ("</s>", "<pad>"):
                 used += 1  # the input at j is a leaf: its word is covered
             expected = [word_at[used]] + [word_end[used]] * last + [word_at[opened[-1] if opened else -1]] * span
+            expected += [len(opened), labels[-1] if labels else 0] * tree
             assert batch.word_pos[row, j].tolist() == (expected if reads > 1 else expected[0])
             inner_spans += bool(opened) and opened[-1] > 0
         assert used == len(word_at) - 1  # every word covered once
@@ -487,6 +502,7 @@ def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
             word_pointer_output=False,
             word_pointer_last=False,
             span_pointer=False,
+            tree_position=False,
         )
         tiny_run_model = Transformer(plain)
         tiny_run_model(batch.src, batch.tgt_in, word_pos=batch.word_pos)
@@ -497,11 +513,18 @@ def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
     halves = model.word_proj.weight.grad.split(d)  # [W_p; W_o] with word_pointer_output: both learn
     assert len(halves) == (2 if task.config.model.word_pointer_output else 1)
     assert all(float(h.abs().sum()) > 0 for h in halves)
-    for proj, on in ((model.word_last_proj, last), (model.span_proj, span)):  # W_l and W_s learn when present
+    for proj, on in (  # W_l, W_s, E_d and W_a learn when present
+        (model.word_last_proj, last),
+        (model.span_proj, span),
+        (model.depth_embed, tree),
+        (model.parent_proj, tree),
+    ):
         assert (proj is not None) == on
         assert proj is None or float(proj.weight.grad.abs().sum()) > 0
+    if tree:  # depth 0 (before the root, after it closes) reads nothing from the label table: PAD's zero row
+        assert bool(batch.word_pos[:, 0, -2:].eq(0).all()) and int(batch.word_pos[..., -2].max()) >= 3
     if reads > 1:  # a model with more reads refuses first-piece positions alone, and one read too few
-        with pytest.raises(ValueError, match="first, last" if last else "first, span"):
+        with pytest.raises(ValueError, match="first, last" if last else "first, span" if span else "first, depth"):
             model(batch.src, batch.tgt_in, word_pos=batch.word_pos[..., 0])
         with pytest.raises(ValueError, match=rf"\(B, T, {reads}\)"):
             model(batch.src, batch.tgt_in, word_pos=batch.word_pos[..., 1:])
@@ -530,7 +553,15 @@ def _teacher_forced_token_log_probs(
 
     target = tokens + [3]  # + EOS
     last = parser.model.config.word_pointer_last
-    pos = word_positions(np.asarray(starts), np.asarray(target[:-1]), parser.leaves, last=last, kinds=parser.kinds)
+    pos = word_positions(
+        np.asarray(starts),
+        np.asarray(target[:-1]),
+        parser.leaves,
+        last=last,
+        kinds=parser.kinds,
+        span=parser.span,
+        tree=parser.tree,
+    )
     with torch.no_grad():
         logits = parser.model(
             torch.tensor([source]), torch.tensor([[2] + target[:-1]]), word_pos=torch.from_numpy(pos).unsqueeze(0)
@@ -558,7 +589,7 @@ def test_pointer_decoding_scores_equal_teacher_forcing(pointer_run):
     (source,), (starts,) = parser._sources([words_])
     last = parser.model.config.word_pointer_last
     constraint = parser.constraint.for_sentences(
-        [len(words_)], [pointer_targets(starts, last=last).tolist()], span=parser.kinds is not None
+        [len(words_)], [pointer_targets(starts, last=last).tolist()], span=parser.span, tree=parser.tree
     )
     (hyp,) = greedy_search(parser.model, torch.tensor([source]), max_len_b=40, constraint=constraint)[0]
     assert _teacher_forced_log_prob(parser, source, starts, hyp.tokens) == pytest.approx(hyp.log_prob, abs=1e-3)
@@ -999,7 +1030,7 @@ def test_a_parser_ensemble_scores_the_mean_of_its_members_probabilities(pointer_
     (source,), (starts,) = both._sources([words_])
     last = both.model.config.word_pointer_last
     constraint = both.constraint.for_sentences(
-        [len(words_)], [pointer_targets(starts, last=last).tolist()], span=both.kinds is not None
+        [len(words_)], [pointer_targets(starts, last=last).tolist()], span=both.span, tree=both.tree
     )
 
     def ensemble_log_prob(tokens: list[int]) -> float:

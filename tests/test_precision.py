@@ -158,9 +158,8 @@ def test_parsing_with_every_pointer_trains_in_bf16_and_parses(tmp_path, native):
 
     train_trees, dev = write_treebank(tmp_path / "train.trees", 300, 0), write_treebank(tmp_path / "dev.trees", 30, 1)
     config = tiny_config(train_trees, dev, max_steps=40, valid_every=40, save_every=40, precision="bf16")
-    model = dataclasses.replace(
-        config.model, word_pointer=True, word_pointer_output=True, word_pointer_last=True, span_pointer=True
-    )
+    every = ("word_pointer", "word_pointer_output", "word_pointer_last", "span_pointer", "tree_position")
+    model = dataclasses.replace(config.model, **dict.fromkeys(every, True))
     train(config.replace(model=model), tmp_path / "run", quiet=True)
     records = _train_records(tmp_path / "run")
     assert any("valid_f1" in r for r in records)

@@ -53,6 +53,7 @@ class ModelConfig:
     word_pointer_output: bool = False  # with word_pointer: that word's state is also added before the output layer
     word_pointer_last: bool = False  # with word_pointer: the pointer reads the word's last piece as well as its first
     span_pointer: bool = False  # with word_pointer: also the first word of the innermost open constituent
+    tree_position: bool = False  # with word_pointer: also the depth and the label of the innermost open constituent
     pad_id: int = 0
     layer_norm_eps: float = 1e-5
 
@@ -75,7 +76,7 @@ class ModelConfig:
             raise ConfigError(f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         if self.attention_window is not None and self.attention_window < 0:
             raise ConfigError(f"model.attention_window must be >= 0, got {self.attention_window}")
-        for name in ("word_pointer_output", "word_pointer_last", "span_pointer"):
+        for name in ("word_pointer_output", "word_pointer_last", "span_pointer", "tree_position"):
             if getattr(self, name) and not self.word_pointer:
                 raise ConfigError(f"model.{name} needs model.word_pointer = true")
         if self.vocab_size and not 0 <= self.pad_id < self.vocab_size:
@@ -95,12 +96,19 @@ class ModelConfig:
 
     @property
     def pointer_reads(self) -> list[str]:
-        """The source positions the word pointer reads per decoder step, in the order of `word_pos`'s last axis:
-        "first" (the next word's first piece), then "last" (its last piece, word_pointer_last), then "span" (the
-        first piece of the innermost open constituent's first word, span_pointer); [] without the word pointer."""
+        """What the word pointer reads per decoder step, in the order of `word_pos`'s last axis: "first" (the next
+        word's first piece), then "last" (its last piece, word_pointer_last), then "span" (the first piece of the
+        innermost open constituent's first word, span_pointer): source positions; then "depth" and "parent" (the
+        open constituents, and the token id of the innermost one's "(LABEL", tree_position): looked up in tables,
+        not in the source. [] without the word pointer."""
         if not self.word_pointer:
             return []
-        return ["first"] + ["last"] * self.word_pointer_last + ["span"] * self.span_pointer
+        return (
+            ["first"]
+            + ["last"] * self.word_pointer_last
+            + ["span"] * self.span_pointer
+            + ["depth", "parent"] * self.tree_position
+        )
 
     @classmethod
     def base(cls, *, vocab_size: int, **overrides) -> ModelConfig:

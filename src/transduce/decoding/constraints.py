@@ -26,7 +26,9 @@ The constraint also knows, per row, which word comes next (`used`): bound with t
 (`for_sentences(n_words, word_starts)`), `pointer(state)` gives the source position of the next word to cover, which
 a model with the word pointer (model.word_pointer) adds to its decoder input. Bound with `span=True` (for a model
 with model.span_pointer), it also keeps a stack of the word at which each open constituent started, and the pointer
-adds the position of the innermost one's first word (the source EOS at depth 0).
+adds the position of the innermost one's first word (the source EOS at depth 0). Bound with `tree=True` (for a model
+with model.tree_position), it keeps a stack of the open constituents' "(LABEL" ids, and the pointer adds two columns
+that are not source positions: the depth, and the innermost open constituent's "(LABEL" id (0, PAD, at depth 0).
 
 Axis legend: B sentences, N decoder rows (B * beam), V vocabulary, W most words in the batch.
 """
@@ -60,6 +62,8 @@ class TreeState:
     open_run: Tensor  # brackets opened in a row since the last leaf or ")"
     open_starts: Tensor  # (N, most tokens) the word each open constituent starts at, outermost first (bound with
     # span=True); (N, 1) zeros otherwise
+    open_labels: Tensor  # (N, most tokens) the "(LABEL" id of each open constituent, outermost first (bound with
+    # tree=True); (N, 1) zeros otherwise
 
 
 def min_output_length(n_words: int) -> int:
@@ -81,6 +85,7 @@ class TreeConstraint:
     word_starts: Tensor | None = None  # (B, W + 1) or (B, W + 1, 2), set by for_sentences for a word-pointer model
     max_open_run: int | None = None  # most "(LABEL" in a row; None: no bound
     span: bool = False  # set by for_sentences: the pointer also reads the innermost open constituent's first word
+    tree: bool = False  # set by for_sentences: the pointer also gives the depth and the innermost open label
     has_root: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -118,13 +123,15 @@ class TreeConstraint:
         word_starts: Tensor | Sequence[Sequence[int]] | None = None,
         *,
         span: bool = False,
+        tree: bool = False,
     ) -> TreeConstraint:
         """This constraint for a batch whose sentences have `n_words` (B,) words each. `word_starts` (for a model
         with the word pointer): per sentence, the source position of each word's first piece and then the position
         of the source EOS (n + 1 values), as a (B, W + 1) tensor or lists (padded here by repeating the last); or
         (first piece, last piece) pairs, (B, W + 1, 2), for a model with model.word_pointer_last. `span` (a model
         with model.span_pointer, needs `word_starts`): the pointer also gives the first piece of the first word of
-        each row's innermost open constituent."""
+        each row's innermost open constituent. `tree` (a model with model.tree_position, needs `word_starts`): the
+        pointer also gives each row's depth and the "(LABEL" id of its innermost open constituent."""
         n = torch.as_tensor(n_words, dtype=torch.long)
         if word_starts is not None and not torch.is_tensor(word_starts):
             rows = [list(r) for r in word_starts]
@@ -138,7 +145,9 @@ class TreeConstraint:
                 raise ValueError("word_starts needs n_words + 1 positions per sentence")
         if span and word_starts is None:
             raise ValueError("span=True needs the word starts")
-        return replace(self, n_words=n, word_starts=word_starts, span=span)
+        if tree and word_starts is None:
+            raise ValueError("tree=True needs the word starts")
+        return replace(self, n_words=n, word_starts=word_starts, span=span, tree=tree)
 
     def start(self, max_len: Tensor) -> TreeState:
         """The state before the first token, one row per sentence. `max_len` (B,): most output tokens, EOS included
@@ -162,14 +171,17 @@ class TreeConstraint:
             object.__setattr__(self, "kinds", self.kinds.to(device))  # once per search, not per step
         starts = zeros.view(-1, 1) if self.word_starts is None else self.word_starts.to(device)
         # depth never exceeds the tokens emitted, so a stack as wide as the longest output holds every open start
-        stack = zeros.view(-1, 1).expand(-1, int(max_len.max()) if self.span and n.numel() else 1).contiguous()
-        return TreeState(n, max_len.long(), zeros, zeros, zeros, false, false, false, starts, zeros, stack)
+        width = int(max_len.max()) if (self.span or self.tree) and n.numel() else 1
+        stack = zeros.view(-1, 1).expand(-1, width if self.span else 1).contiguous()
+        labels = zeros.view(-1, 1).expand(-1, width if self.tree else 1).contiguous()
+        return TreeState(n, max_len.long(), zeros, zeros, zeros, false, false, false, starts, zeros, stack, labels)
 
     def pointer(self, state: TreeState) -> Tensor | None:
         """(N,) the source position of the next word each row has to cover (the source EOS once every word is
         used), (N, 2) when bound with (first, last) pairs; None when bound without word positions. Bound with
-        `span`, one more column last: the first piece of the innermost open constituent's first word (EOS at depth
-        0), so (N, 2) or (N, 3)."""
+        `span`, one more column: the first piece of the innermost open constituent's first word (EOS at depth 0).
+        Bound with `tree`, two more last: the depth and the innermost open constituent's "(LABEL" id (0 at depth
+        0)."""
         if self.word_starts is None:
             return None
         starts = state.word_starts  # (N, W + 1) or (N, W + 1, 2)
@@ -177,13 +189,19 @@ class TreeConstraint:
         pair = starts.shape[2:]  # () or (2,)
         index = used.view(-1, 1, *(1 for _ in pair)).expand(-1, 1, *pair)
         nxt = starts.gather(1, index).squeeze(1)  # (N,) or (N, 2)
-        if not self.span:
+        if not self.span and not self.tree:
             return nxt
-        top = state.open_starts.gather(1, (state.depth - 1).clamp(min=0).view(-1, 1)).squeeze(1)  # (N,)
-        word = torch.where(state.depth.gt(0), top, state.n_words).clamp(max=starts.size(1) - 1)
-        firsts = starts if not pair else starts[..., 0]  # (N, W + 1): each word's first piece
-        span_start = firsts.gather(1, word.view(-1, 1))  # (N, 1)
-        return torch.cat([nxt.view(nxt.size(0), -1), span_start], dim=1)
+        columns = [nxt.view(nxt.size(0), -1)]
+        inside = state.depth.gt(0)
+        if self.span:
+            top = _top(state.open_starts, state.depth)
+            word = torch.where(inside, top, state.n_words).clamp(max=starts.size(1) - 1)
+            firsts = starts if not pair else starts[..., 0]  # (N, W + 1): each word's first piece
+            columns.append(firsts.gather(1, word.view(-1, 1)))  # (N, 1)
+        if self.tree:
+            label = torch.where(inside, _top(state.open_labels, state.depth), torch.zeros_like(state.depth))
+            columns += [state.depth.view(-1, 1), label.view(-1, 1)]
+        return torch.cat(columns, dim=1)
 
     def allowed(self, state: TreeState) -> Tensor:
         """(N, V) bool: the tokens each row may emit next."""
@@ -213,12 +231,11 @@ class TreeConstraint:
         closes = kind.eq(CLOSE)
         leaf = kind.eq(LEAF)
         depth = state.depth + opens.long() - closes.long()
-        stack = state.open_starts
+        stack, labels = state.open_starts, state.open_labels
         if self.span:  # an open pushes the word its constituent starts at: the next one to cover
-            slot = state.depth.clamp(0, stack.size(1) - 1).view(-1, 1)  # a -inf beam's row may take any token
-            stack = stack.scatter(
-                1, slot, torch.where(opens.view(-1, 1), state.used.view(-1, 1), stack.gather(1, slot))
-            )
+            stack = _push(stack, state.depth, opens, state.used)
+        if self.tree:  # and its "(LABEL" id
+            labels = _push(labels, state.depth, opens, tokens)
         return replace(
             state,
             length=state.length + 1,
@@ -229,6 +246,7 @@ class TreeConstraint:
             ended=state.ended | kind.eq(EOS),
             open_run=torch.where(opens, state.open_run + 1, torch.zeros_like(state.open_run)),
             open_starts=stack,
+            open_labels=labels,
         )
 
     def reorder(self, state: TreeState, index: Tensor) -> TreeState:
@@ -238,3 +256,14 @@ class TreeConstraint:
     def select(self, state: TreeState, index: Tensor) -> TreeState:
         """Rows `index` of the state (sentences kept, beam expansion; mirrors the cache's select)."""
         return self.reorder(state, index)
+
+
+def _top(stack: Tensor, depth: Tensor) -> Tensor:
+    """(N,) the innermost entry of each row's stack (N, width) of `depth` (N,) entries (row 0's value at depth 0)."""
+    return stack.gather(1, (depth - 1).clamp(0, stack.size(1) - 1).view(-1, 1)).squeeze(1)
+
+
+def _push(stack: Tensor, depth: Tensor, push: Tensor, values: Tensor) -> Tensor:
+    """`stack` with `values` (N,) written at slot `depth` in the rows where `push` (N, bool)."""
+    slot = depth.clamp(0, stack.size(1) - 1).view(-1, 1)  # a -inf beam's row may take any token
+    return stack.scatter(1, slot, torch.where(push.view(-1, 1), values.view(-1, 1), stack.gather(1, slot)))

@@ -11,7 +11,8 @@ Departures from the paper, all named: LayerNorm eps is 1e-5 and divides by sqrt(
 say); `norm_first=True` gives the pre-LN variant with a final LayerNorm per stack; `attention_dropout` and
 `activation_dropout` (default 0) and learned positions are options; `word_pointer` (parsing, not in the paper) adds
 to each decoder input a projection of the encoder state of the next word the output has to cover (and with
-`span_pointer` of the first word of the innermost open constituent); padded query rows
+`span_pointer` of the first word of the innermost open constituent, with `tree_position` embeddings of the open
+constituents' depth and of the innermost one's label); padded query rows
 of a restricted (windowed) self-attention attend to themselves so that no softmax row is empty (their outputs are
 never read).
 """
@@ -28,6 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
+
+TREE_DEPTHS = 64  # rows of model.tree_position's depth table; deeper reads the last (GUM and WSJ trees: at most 33)
 
 
 # §3.5 Positional encoding ------------------------------------------------------------------------------------------
@@ -406,6 +409,11 @@ class Transformer(nn.Module):
         # with span_pointer, + W_s . (first piece of the first word of the innermost open constituent): the span a ")"
         # would close, from its first word to the word before the next one, without matching brackets by attention
         self.span_proj = nn.Linear(config.d_model, pointer_width, bias=False) if config.span_pointer else None
+        # with tree_position, + E_d[depth] + W_a . e("(LABEL" of the innermost open constituent), both at the token
+        # embeddings' scale: where the decoder stands in the tree, which attention would otherwise have to work out
+        # by matching brackets. e is the (tied) token embedding; depth 0 reads PAD's row, which is zero.
+        self.depth_embed = nn.Embedding(TREE_DEPTHS, pointer_width) if config.tree_position else None
+        self.parent_proj = nn.Linear(config.d_model, pointer_width, bias=False) if config.tree_position else None
         init_parameters(self, config.d_model)
         if config.tie_embeddings:
             self.output.weight = tgt_tokens.weight
@@ -446,13 +454,20 @@ class Transformer(nn.Module):
             word_pos = word_pos.unsqueeze(-1)
         elif word_pos.dim() != 3 or word_pos.size(-1) != len(reads):
             raise ValueError(
-                f"this model reads {len(reads)} source positions per step ({', '.join(reads)}): word positions must "
+                f"this model reads {len(reads)} values per step ({', '.join(reads)}): word positions must "
                 f"be (B, T, {len(reads)}), got {tuple(word_pos.shape)}"
             )
         pointed = None
-        for i, states in enumerate(projected.chunk(len(reads), dim=-1)):  # (B, S, D) each
+        sources = len(reads) - 2 * self.config.tree_position  # the reads that are source positions come first
+        for i, states in enumerate(projected.chunk(sources, dim=-1)):  # (B, S, D) each
             read = states.gather(1, word_pos[..., i].unsqueeze(-1).expand(-1, -1, states.size(-1)))  # (B, T, D)
             pointed = read if pointed is None else pointed + read
+        if self.depth_embed is not None and self.parent_proj is not None:
+            scale = math.sqrt(self.config.d_model)
+            depth, parent = word_pos[..., sources].clamp(0, TREE_DEPTHS - 1), word_pos[..., sources + 1]
+            tokens = cast(Embedding, self.decoder.embed).tokens
+            tree = self.depth_embed(depth) * scale + self.parent_proj(tokens(parent) * scale)  # (B, T, D)
+            pointed = tree if pointed is None else pointed + tree
         return pointed
 
     def _split(self, pointed: Tensor | None) -> tuple[Tensor | None, Tensor | None]:

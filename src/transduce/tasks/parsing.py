@@ -21,6 +21,10 @@ a Foreign Language". The same encoder-decoder Transformer reads a sentence and w
   the first word of the innermost open constituent, so the decoder sees both ends of the span a ")" would close
   without having to match brackets by attention. Training reads it off the target (a stack of open brackets,
   `span_words`); decoding off the tree constraint's stack of open starts.
+- The tree position (`model.tree_position`, with the word pointer): each decoder input also gets an embedding of the
+  depth (open constituents) and a projection of the embedding of the innermost open constituent's "(LABEL", so the
+  decoder knows where it stands in the tree without counting brackets by attention. Training reads both off the
+  target (`tree_states`); decoding off the tree constraint's depth and stack of open labels.
 - Validation: loss, and F1 scored like EVALB (tasks/evalb.py: COLLINS.prm plus DELETE_LABEL ROOT, strict, gold tags
   put back, the usual published setting) on the first `train.valid_max_sentences` trees of the valid file.
 
@@ -506,6 +510,22 @@ def span_words(target: Sequence[int] | np.ndarray, kinds: np.ndarray, n_words: i
     return np.asarray(out, dtype=np.int64)
 
 
+def tree_states(target: Sequence[int] | np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """For the decoder inputs BOS + target: the open constituents (depth) and the id of the innermost one's
+    "(LABEL" (0, PAD, at depth 0), as TreeConstraint tracks them while decoding (model.tree_position). `kinds`: the
+    constraint's token kind of every id (an UNK, kind OTHER, moves nothing). (len(target) + 1, 2)."""
+    stack: list[int] = []
+    out = [(0, 0)]
+    target = np.asarray(target, dtype=np.int64)
+    for token, kind in zip(target.tolist(), kinds[target].tolist()):
+        if kind in (OPEN, ROOT_OPEN):
+            stack.append(token)
+        elif kind == CLOSE and stack:
+            stack.pop()
+        out.append((len(stack), stack[-1] if stack else 0))
+    return np.asarray(out, dtype=np.int64)
+
+
 def word_positions(
     starts: np.ndarray,
     target: np.ndarray,
@@ -513,18 +533,27 @@ def word_positions(
     *,
     last: bool = False,
     kinds: np.ndarray | None = None,
+    span: bool = False,
+    tree: bool = False,
 ) -> np.ndarray:
     """For the decoder inputs BOS + target: the source position of the next word to cover at each of them, given
     the sentence's word starts (ParseCorpus) and which ids are leaves (the words used so far are the leaves
-    already written). (len(target) + 1,), or (len(target) + 1, 2) with `last` (see pointer_targets). Given the
-    token `kinds` (model.span_pointer), one more column last: the first piece of the innermost open constituent's
-    first word (span_words), so (len(target) + 1, 2) or (len(target) + 1, 3)."""
+    already written). (len(target) + 1,), or (len(target) + 1, 2) with `last` (see pointer_targets). With `span`
+    (model.span_pointer), one more column: the first piece of the innermost open constituent's first word
+    (span_words); with `tree` (model.tree_position), two more last: the depth and the innermost open "(LABEL" id
+    (tree_states). Both need the token `kinds`. The columns are ModelConfig.pointer_reads."""
     used = np.concatenate([[0], np.cumsum(leaves[target])])
     positions = pointer_targets(starts, last=last)[np.minimum(used, len(starts) - 1)]
-    if kinds is None:
+    if not span and not tree:
         return positions
-    span = np.asarray(starts, dtype=np.int64)[span_words(target, kinds, len(starts) - 1)]
-    return np.concatenate([positions.reshape(len(positions), -1), span[:, None]], axis=1)
+    if kinds is None:
+        raise ValueError("the span and tree reads need the token kinds")
+    columns = [positions.reshape(len(positions), -1)]
+    if span:
+        columns.append(np.asarray(starts, dtype=np.int64)[span_words(target, kinds, len(starts) - 1)][:, None])
+    if tree:
+        columns.append(tree_states(target, kinds))
+    return np.concatenate(columns, axis=1)
 
 
 # ------------------------------------------------------------------------------------------ subtree substitution
@@ -650,7 +679,8 @@ class ParsingTask(SequenceTask):
         # valid file has, is not counted: that sentence's pointer then lags one word behind, in the valid loss only)
         kinds = data.vocab.constraint().kinds.numpy()
         self.leaves = kinds == LEAF if config.model.word_pointer else None
-        self.kinds = kinds if config.model.span_pointer else None  # span_words reads every token's kind
+        self.span, self.tree = config.model.span_pointer, config.model.tree_position
+        self.kinds = kinds if self.span or self.tree else None  # span_words and tree_states read every token's kind
         self._words: list[list[str | None]] | None = None  # the training words, read back for subword sampling
         self._phrases: list[list[tuple[int, int, int, int]]] | None = None  # each training tree's, for substitution
         self._kept: list[list[list[int]]] | None = None  # each training word's prepared pieces
@@ -777,7 +807,16 @@ class ParsingTask(SequenceTask):
         assert isinstance(corpus, ParseCorpus)
         last = self.config.model.word_pointer_last
         rows = [  # a loop over sentences, as in data.collate
-            word_positions(corpus.starts[i], corpus.tgt[i], self.leaves, last=last, kinds=self.kinds) for i in indices
+            word_positions(
+                corpus.starts[i],
+                corpus.tgt[i],
+                self.leaves,
+                last=last,
+                kinds=self.kinds,
+                span=self.span,
+                tree=self.tree,
+            )
+            for i in indices
         ]
         word_pos = torch.zeros(*batch.tgt_in.shape, *rows[0].shape[1:], dtype=torch.long)  # the reads' layout
         for row, pos in enumerate(rows):
@@ -896,7 +935,8 @@ class Parser:
         self.decode = decode or ParseDecodeConfig()
         self.constraint = vocab.constraint(self.decode.max_open_run or None)
         self.leaves = self.constraint.kinds.eq(LEAF).numpy() if model.config.word_pointer else None
-        self.kinds = self.constraint.kinds.numpy() if model.config.span_pointer else None
+        self.span, self.tree = model.config.span_pointer, model.config.tree_position
+        self.kinds = self.constraint.kinds.numpy() if self.span or self.tree else None
 
     @classmethod
     def from_run(cls, path: str | Path, *, device: str = "auto") -> Parser:
@@ -1025,7 +1065,8 @@ class Parser:
         constraint = self.constraint.for_sentences(
             [len(s) for s in sentences],
             [pointer_targets(s, last=last).tolist() for s in starts] if self.leaves is not None else None,
-            span=self.kinds is not None,
+            span=self.span,
+            tree=self.tree,
         )
         options: dict[str, Any] = {
             "max_len_a": d.max_len_a,
@@ -1071,7 +1112,9 @@ class Parser:
         if self.leaves is not None:
             last = self.model.config.word_pointer_last
             ids = np.asarray(tgt_ids, dtype=np.int64)
-            pos = word_positions(np.asarray(starts), ids, self.leaves, last=last, kinds=self.kinds)
+            pos = word_positions(
+                np.asarray(starts), ids, self.leaves, last=last, kinds=self.kinds, span=self.span, tree=self.tree
+            )
             word_pos = torch.from_numpy(pos).unsqueeze(0).to(self.device)
         with self.model.recording_attention():
             self.model(
