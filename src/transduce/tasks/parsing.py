@@ -491,39 +491,38 @@ def pointer_targets(starts: Sequence[int] | np.ndarray, *, last: bool = False) -
     return np.stack([starts, np.concatenate([starts[1:] - 1, starts[-1:]])], axis=1)
 
 
-def span_words(target: Sequence[int] | np.ndarray, kinds: np.ndarray, n_words: int) -> np.ndarray:
-    """For the decoder inputs BOS + target: the word at which the innermost open constituent starts (the words
-    covered when its "(LABEL" was written), n_words (the source EOS) at depth 0, as TreeConstraint tracks it while
-    decoding. `kinds`: the constraint's token kind of every id (an UNK, kind OTHER, moves nothing). (len(target) +
-    1,)."""
-    stack: list[int] = []
+def _innermost_open(target: Sequence[int] | np.ndarray, kinds: np.ndarray) -> list[tuple[int, int, int] | None]:
+    """For the decoder inputs BOS + target: (depth, "(LABEL" id, words covered when it was written) of the innermost
+    open constituent, None at depth 0, as TreeConstraint tracks them while decoding. `kinds`: the constraint's token
+    kind of every id (an UNK, kind OTHER, moves nothing)."""
+    stack: list[tuple[int, int, int]] = []
     used = 0
-    out = [n_words]
-    for kind in kinds[np.asarray(target, dtype=np.int64)].tolist():
+    out: list[tuple[int, int, int] | None] = [None]
+    target = np.asarray(target, dtype=np.int64)
+    for token, kind in zip(target.tolist(), kinds[target].tolist()):
         if kind in (OPEN, ROOT_OPEN):
-            stack.append(used)
+            stack.append((len(stack) + 1, token, used))
         elif kind == CLOSE and stack:
             stack.pop()
         elif kind == LEAF:
             used += 1
-        out.append(min(stack[-1], n_words) if stack else n_words)
-    return np.asarray(out, dtype=np.int64)
+        out.append(stack[-1] if stack else None)
+    return out
+
+
+def span_words(target: Sequence[int] | np.ndarray, kinds: np.ndarray, n_words: int) -> np.ndarray:
+    """For the decoder inputs BOS + target: the word at which the innermost open constituent starts (the words
+    covered when its "(LABEL" was written), n_words (the source EOS) at depth 0 (model.span_pointer). (len(target) +
+    1,)."""
+    opens = _innermost_open(target, kinds)
+    return np.asarray([n_words if o is None else min(o[2], n_words) for o in opens], dtype=np.int64)
 
 
 def tree_states(target: Sequence[int] | np.ndarray, kinds: np.ndarray) -> np.ndarray:
     """For the decoder inputs BOS + target: the open constituents (depth) and the id of the innermost one's
-    "(LABEL" (0, PAD, at depth 0), as TreeConstraint tracks them while decoding (model.tree_position). `kinds`: the
-    constraint's token kind of every id (an UNK, kind OTHER, moves nothing). (len(target) + 1, 2)."""
-    stack: list[int] = []
-    out = [(0, 0)]
-    target = np.asarray(target, dtype=np.int64)
-    for token, kind in zip(target.tolist(), kinds[target].tolist()):
-        if kind in (OPEN, ROOT_OPEN):
-            stack.append(token)
-        elif kind == CLOSE and stack:
-            stack.pop()
-        out.append((len(stack), stack[-1] if stack else 0))
-    return np.asarray(out, dtype=np.int64)
+    "(LABEL" (0, PAD, at depth 0) (model.tree_position). (len(target) + 1, 2)."""
+    opens = _innermost_open(target, kinds)
+    return np.asarray([(0, 0) if o is None else o[:2] for o in opens], dtype=np.int64).reshape(-1, 2)
 
 
 def word_positions(
