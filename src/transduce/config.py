@@ -47,6 +47,9 @@ class ModelConfig:
     max_len: int = 1024
     norm_first: bool = False  # False = the paper's post-LN: LayerNorm(x + Dropout(Sublayer(x)))
     positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
+    # the decoder's own: None = as `positional`; "none" = no positions at all (NoPE, Kazemnejad et al. 2023: the causal
+    # mask alone tells a decoder where it is); not in the paper
+    decoder_positional: str | None = None
     attention_window: int | None = None  # r of Table 1's restricted self-attention; None = full
     tie_embeddings: bool = True  # one matrix: encoder input, decoder input, pre-softmax projection (§3.4)
     word_pointer: bool = False  # parsing only: each decoder input also gets the encoder state of the next word
@@ -74,6 +77,11 @@ class ModelConfig:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.positional not in ("sinusoidal", "learned"):
             raise ConfigError(f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        if self.decoder_positional not in (None, "sinusoidal", "learned", "none"):
+            raise ConfigError(
+                "model.decoder_positional must be 'sinusoidal', 'learned' or 'none' (or unset: as model.positional), "
+                f"got {self.decoder_positional!r}"
+            )
         if self.attention_window is not None and self.attention_window < 0:
             raise ConfigError(f"model.attention_window must be >= 0, got {self.attention_window}")
         for name in ("word_pointer_output", "word_pointer_last", "span_pointer", "tree_position"):
@@ -89,6 +97,11 @@ class ModelConfig:
     @property
     def decoder_layers(self) -> int:
         return self.n_layers if self.n_decoder_layers is None else self.n_decoder_layers
+
+    @property
+    def decoder_positions(self) -> str:
+        """The decoder's positional encoding: "sinusoidal", "learned" or "none"."""
+        return self.positional if self.decoder_positional is None else self.decoder_positional
 
     @property
     def d_k(self) -> int:

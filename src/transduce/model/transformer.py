@@ -9,12 +9,12 @@ of `torch.nn.functional.scaled_dot_product_attention` (True = may attend) in exa
 
 Departures from the paper, all named: LayerNorm eps is 1e-5 and divides by sqrt(variance + eps) (the paper does not
 say); `norm_first=True` gives the pre-LN variant with a final LayerNorm per stack; `attention_dropout` and
-`activation_dropout` (default 0) and learned positions are options; `word_pointer` (parsing, not in the paper) adds
-to each decoder input a projection of the encoder state of the next word the output has to cover (and with
-`span_pointer` of the first word of the innermost open constituent, with `tree_position` embeddings of the open
-constituents' depth and of the innermost one's label); padded query rows
-of a restricted (windowed) self-attention attend to themselves so that no softmax row is empty (their outputs are
-never read).
+`activation_dropout` (default 0), learned positions and a decoder without positions (`decoder_positional = "none"`)
+are options; `word_pointer` (parsing, not in the paper) adds to each decoder input a projection of the encoder state
+of the next word the output has to cover (and with `span_pointer` of the first word of the innermost open
+constituent, with `tree_position` embeddings of the open constituents' depth and of the innermost one's label);
+padded query rows of a restricted (windowed) self-attention attend to themselves so that no softmax row is empty
+(their outputs are never read).
 """
 
 from __future__ import annotations
@@ -234,16 +234,18 @@ class DecoderLayer(nn.Module):
 
 
 class Embedding(nn.Module):
-    """§3.4-§3.5: Dropout(token embedding * sqrt(d_model) + positional encoding)."""
+    """§3.4-§3.5: Dropout(token embedding * sqrt(d_model) + positional encoding). `positional` ("sinusoidal",
+    "learned" or "none": no positions) defaults to model.positional."""
 
-    pe: Tensor  # the sinusoidal table (max_len, D), a buffer, when the positions are not learned
+    pe: Tensor  # the sinusoidal table (max_len, D), a buffer, when the positions are sinusoidal
 
-    def __init__(self, config: ModelConfig, tokens: nn.Embedding) -> None:
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding, positional: str | None = None) -> None:
         super().__init__()
         self.tokens, self.scale = tokens, math.sqrt(config.d_model)
-        if config.positional == "learned":
+        self.positional = config.positional if positional is None else positional
+        if self.positional == "learned":
             self.learned = nn.Embedding(config.max_len, config.d_model)
-        else:
+        elif self.positional == "sinusoidal":
             self.register_buffer("pe", sinusoidal_encoding(config.max_len, config.d_model), persistent=False)
         self.dropout = nn.Dropout(config.dropout)
         self.max_len = config.max_len
@@ -252,6 +254,8 @@ class Embedding(nn.Module):
         length = tokens.size(1)
         if offset + length > self.max_len:
             raise ValueError(f"sequence of length {offset + length} exceeds model.max_len={self.max_len}")
+        if self.positional == "none":
+            return self.dropout(self.tokens(tokens) * self.scale)  # (B, L, D)
         if hasattr(self, "learned"):
             positions = self.learned.weight[offset : offset + length]  # (L, D)
         else:
@@ -319,7 +323,7 @@ class Decoder(nn.Module):
 
     def __init__(self, config: ModelConfig, tokens: nn.Embedding) -> None:
         super().__init__()
-        self.embed = Embedding(config, tokens)
+        self.embed = Embedding(config, tokens, config.decoder_positions)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
         self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
         self.window = config.attention_window
