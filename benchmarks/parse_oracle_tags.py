@@ -78,7 +78,10 @@ def main() -> None:
     gold_path = resolve_path(args.gold)
     gold_trees = read_trees(gold_path, normalized=True)
     sentences = [words(t) for t in gold_trees]
-    table = {tuple(w): parser.vocab.encode(tags(t)) for w, t in zip(sentences, gold_trees)}
+    table: dict[tuple[str, ...], list[int]] = {}
+    for w, t in zip(sentences, gold_trees):  # the patched batch finds a sentence's tags by its words
+        if table.setdefault(tuple(w), parser.vocab.encode(tags(t))) != parser.vocab.encode(tags(t)):
+            raise SystemExit(f"{args.gold}: the same words twice with different tags: {' '.join(w)!r}")
     with gold_leaves(parser, table):
         trees = parser.parse_words(sentences, beam=args.beam)
     gold = evalb.read_sentences(gold_path, gold=True)
