@@ -1,0 +1,108 @@
+"""Silver trees for self-training a parser: unlabelled English parsed by two parsers, kept where they agree exactly.
+
+    TRANSDUCE_DATA=../shared/data .venv/bin/python benchmarks/parse_silver.py RUN_A RUN_B --out runs/silver.trees
+
+An experiment (BENCHMARKS.md, parsing run 41), not a training mode. The sentences come from newstest2014.en (all of
+it) and from reviews of IMDB train (drawn with seed 0): split after . ! or ? before a capital, a quote or a bracket,
+and tokenized roughly as GUM is (Penn Treebank splits of punctuation and clitics, "..." apart, and hyphens between
+letters as tokens of their own, GUM's HYPH); 3 to 50 tokens. It is an approximation written for this experiment
+only: the parser itself never tokenizes. Two pools are parsed in turn, as for run 41: 12,000 sentences, then
+24,000 more that are not in the first (drawn from a larger pool of 40,000). Each pool is parsed greedily (beam 1,
+under the tree constraint) by both runs; a sentence becomes a silver tree when the two parses are the same string.
+The trees are written sorted and without repeats (run 41 read the same set in shuffled order; training shuffles
+anyway). Also written: OUT.sentences, every sentence parsed, one per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import re
+import sys
+from pathlib import Path
+
+from transduce.data import resolve_path
+from transduce.outputs import atomic_write_text
+from transduce.tasks.parsing import Parser
+
+CLITIC = re.compile(r"(?i)(\w)(n't|'s|'m|'d|'re|'ve|'ll)\b")
+
+
+def split_sentences(text: str) -> list[str]:
+    text = re.sub(r"<br\s*/?>", " ", text)  # IMDB keeps HTML line breaks
+    text = re.sub(r"\s+", " ", text).strip()
+    return [s for s in re.split(r"(?<=[.!?])\s+(?=[\"'(A-Z])", text) if s]
+
+
+def tokenize(s: str) -> list[str]:
+    s = re.sub(r'^"', "`` ", s)
+    s = re.sub(r'(?<=[\s(\[{])"', " `` ", s)
+    s = s.replace('"', " '' ")
+    s = s.replace("...", " ... ")
+    s = re.sub(r"([,;:!?()\[\]{}$%&])", r" \1 ", s)
+    s = re.sub(r"(?<=\w)-(?=\w)", " - ", s)
+    s = s.replace("--", " -- ")
+    s = CLITIC.sub(r"\1 \2", s)
+    s = re.sub(r"(?i)\bn 't\b", " n't", s)
+    s = re.sub(r"(\w)(n't)\b", r"\1 \2", s)
+    s = re.sub(r"([^.])\.\s*$", r"\1 .", s)
+    return s.split()
+
+
+def draw(need: int) -> list[str]:
+    """`need` tokenized sentences: all of newstest2014.en, then IMDB train reviews in a seeded order."""
+    rng = random.Random(0)
+    found = []
+    with open(resolve_path("wmt14_en_de/newstest2014.en"), encoding="utf-8") as f:
+        for line in f:
+            found += [tokenize(s) for s in split_sentences(line)]
+    with gzip.open(resolve_path("imdb/train.jsonl.gz"), "rt", encoding="utf-8") as f:
+        reviews = [json.loads(line)["text"] for line in f]
+    rng.shuffle(reviews)
+    for text in reviews:
+        if len(found) >= need * 1.3:
+            break
+        found += [tokenize(s) for s in split_sentences(text)]
+    found = [t for t in found if 3 <= len(t) <= 50]
+    rng.shuffle(found)
+    return [" ".join(t) for t in found[:need]]
+
+
+def pools() -> list[list[str]]:
+    first = draw(12000)
+    seen = set(first)
+    second: list[str] = []
+    for s in draw(40000):
+        if s not in seen:
+            seen.add(s)
+            second.append(s)
+    return [first, second[:24000]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_a", help="a parsing run directory or weights file")
+    ap.add_argument("run_b", help="a second one (another seed)")
+    ap.add_argument("--out", required=True, help="the silver trees file (refused if it exists)")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    out = Path(args.out)
+    if out.exists():
+        raise SystemExit(f"{out}: exists; give a new path")
+    parsers = [Parser.from_run(r, device=args.device) for r in (args.run_a, args.run_b)]
+    sentences: list[str] = []
+    agreed: set[str] = set()
+    for pool in pools():
+        sentences += pool
+        a, b = (p.parse(pool, beam=1) for p in parsers)
+        agreed.update(x for x, y in zip(a, b) if x and x == y)
+        print(f"{len(pool):,} sentences parsed, {len(agreed):,} silver trees so far", file=sys.stderr)
+    atomic_write_text(out.with_name(out.name + ".sentences"), "".join(s + "\n" for s in sentences))
+    atomic_write_text(out, "".join(t + "\n" for t in sorted(agreed)))
+    print(f"{out}: {len(agreed):,} silver trees from {len(sentences):,} sentences")
+
+
+if __name__ == "__main__":
+    main()
