@@ -85,12 +85,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_a", help="a parsing run directory or weights file")
     ap.add_argument("run_b", help="a second one (another seed)")
-    ap.add_argument("--out", required=True, help="the silver trees file (refused if it exists)")
+    ap.add_argument("--out", required=True, help="the silver trees file (refused if it or OUT.sentences exists)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     out = Path(args.out)
-    if out.exists():
-        raise SystemExit(f"{out}: exists; give a new path")
+    for path in (out, out.with_name(out.name + ".sentences")):
+        if path.exists():
+            raise SystemExit(f"{path}: exists; give a new --out")
     parsers = [Parser.from_run(r, device=args.device) for r in (args.run_a, args.run_b)]
     sentences: list[str] = []
     agreed: set[str] = set()
