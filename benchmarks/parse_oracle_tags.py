@@ -80,7 +80,8 @@ def main() -> None:
     sentences = [words(t) for t in gold_trees]
     table: dict[tuple[str, ...], list[int]] = {}
     for w, t in zip(sentences, gold_trees):  # the patched batch finds a sentence's tags by its words
-        if table.setdefault(tuple(w), parser.vocab.encode(tags(t))) != parser.vocab.encode(tags(t)):
+        ids = parser.vocab.encode(tags(t))
+        if table.setdefault(tuple(w), ids) != ids:
             raise SystemExit(f"{args.gold}: the same words twice with different tags: {' '.join(w)!r}")
     with gold_leaves(parser, table):
         trees = parser.parse_words(sentences, beam=args.beam)

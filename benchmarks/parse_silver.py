@@ -16,15 +16,14 @@ anyway). Also written: OUT.sentences, every sentence parsed, one per line.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import random
 import re
 import sys
 from pathlib import Path
 
-from transduce.data import resolve_path
+from transduce.data import read_lines, resolve_path
 from transduce.outputs import atomic_write_text
+from transduce.tasks.classification import ClassifyDataConfig, read_labelled
 from transduce.tasks.parsing import Parser
 
 CLITIC = re.compile(r"(?i)(\w)(n't|'s|'m|'d|'re|'ve|'ll)\b")
@@ -45,21 +44,15 @@ def tokenize(s: str) -> list[str]:
     s = re.sub(r"(?<=\w)-(?=\w)", " - ", s)
     s = s.replace("--", " -- ")
     s = CLITIC.sub(r"\1 \2", s)
-    s = re.sub(r"(?i)\bn 't\b", " n't", s)
-    s = re.sub(r"(\w)(n't)\b", r"\1 \2", s)
     s = re.sub(r"([^.])\.\s*$", r"\1 .", s)
     return s.split()
 
 
-def draw(need: int) -> list[str]:
-    """`need` tokenized sentences: all of newstest2014.en, then IMDB train reviews in a seeded order."""
+def draw(need: int, news: list[str], reviews: list[str]) -> list[str]:
+    """`need` tokenized sentences: all of `news`, then `reviews` in a seeded order."""
     rng = random.Random(0)
-    found = []
-    with open(resolve_path("wmt14_en_de/newstest2014.en"), encoding="utf-8") as f:
-        for line in f:
-            found += [tokenize(s) for s in split_sentences(line)]
-    with gzip.open(resolve_path("imdb/train.jsonl.gz"), "rt", encoding="utf-8") as f:
-        reviews = [json.loads(line)["text"] for line in f]
+    found = [tokenize(s) for line in news for s in split_sentences(line)]
+    reviews = list(reviews)
     rng.shuffle(reviews)
     for text in reviews:
         if len(found) >= need * 1.3:
@@ -71,10 +64,13 @@ def draw(need: int) -> list[str]:
 
 
 def pools() -> list[list[str]]:
-    first = draw(12000)
+    news = read_lines(resolve_path("wmt14_en_de/newstest2014.en"))
+    # the line breaks alone are removed below: ClassifyDataConfig's strip_html would also cut "<3 ... >" from a review
+    reviews, _, _ = read_labelled("imdb/train.jsonl.gz", ClassifyDataConfig(strip_html=False))
+    first = draw(12000, news, reviews)
     seen = set(first)
     second: list[str] = []
-    for s in draw(40000):
+    for s in draw(40000, news, reviews):
         if s not in seen:
             seen.add(s)
             second.append(s)
@@ -89,7 +85,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     out = Path(args.out)
-    for path in (out, out.with_name(out.name + ".sentences")):
+    listing = out.with_name(out.name + ".sentences")
+    for path in (out, listing):
         if path.exists():
             raise SystemExit(f"{path}: exists; give a new --out")
     parsers = [Parser.from_run(r, device=args.device) for r in (args.run_a, args.run_b)]
@@ -100,7 +97,7 @@ def main() -> None:
         a, b = (p.parse(pool, beam=1) for p in parsers)
         agreed.update(x for x, y in zip(a, b) if x and x == y)
         print(f"{len(pool):,} sentences parsed, {len(agreed):,} silver trees so far", file=sys.stderr)
-    atomic_write_text(out.with_name(out.name + ".sentences"), "".join(s + "\n" for s in sentences))
+    atomic_write_text(listing, "".join(s + "\n" for s in sentences))
     atomic_write_text(out, "".join(t + "\n" for t in sorted(agreed)))
     print(f"{out}: {len(agreed):,} silver trees from {len(sentences):,} sentences")
 
