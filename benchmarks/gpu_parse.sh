@@ -19,6 +19,7 @@
 # Runs so far (BENCHMARKS.md, parsing): 2026-11-26, one H200, twenty-fourth run: seed 1 from gpu_pair.sh with
 # MINUTES=4; seeds 2 and 3 and the ensemble of the three by hand, in a second call (SEEDS="1 2 3" now does it all).
 # 2026-11-27, one H200, thirty-first to thirty-fourth runs: the RUNS / ENSEMBLES / PARALLEL=1 example above, MINUTES=5.
+# 2026-11-27, one H200, forty-second to forty-fifth runs: the recipe beside d_model 512 (two seeds) and 1024, MINUTES=5.
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/out/gpu-parse}
