@@ -48,10 +48,10 @@ def tokenize(s: str) -> list[str]:
     return s.split()
 
 
-def draw(need: int, news: list[str], reviews: list[str]) -> list[str]:
-    """`need` tokenized sentences: all of `news`, then `reviews` in a seeded order."""
+def draw(need: int, news: list[list[str]], reviews: list[str]) -> list[str]:
+    """`need` tokenized sentences: all of `news` (already tokenized), then `reviews` in a seeded order."""
     rng = random.Random(0)
-    found = [tokenize(s) for line in news for s in split_sentences(line)]
+    found = list(news)
     reviews = list(reviews)
     rng.shuffle(reviews)
     for text in reviews:
@@ -64,7 +64,8 @@ def draw(need: int, news: list[str], reviews: list[str]) -> list[str]:
 
 
 def pools() -> list[list[str]]:
-    news = read_lines(resolve_path("wmt14_en_de/newstest2014.en"))
+    lines = read_lines(resolve_path("wmt14_en_de/newstest2014.en"))
+    news = [tokenize(s) for line in lines for s in split_sentences(line)]  # once, for both pools
     # the line breaks alone are removed below: ClassifyDataConfig's strip_html would also cut "<3 ... >" from a review
     reviews, _, _ = read_labelled("imdb/train.jsonl.gz", ClassifyDataConfig(strip_html=False))
     first = draw(12000, news, reviews)
