@@ -154,6 +154,13 @@ class DataConfig:
     max_len: int = 256  # training pairs longer than this (in tokens, either side) are dropped
     max_ratio: float = 9.0  # training pairs with a longer/shorter length ratio beyond this are dropped (fairseq)
     errors: str = "strict"  # invalid UTF-8: "strict" refuses naming the line, "replace" substitutes U+FFFD
+    # the vocabulary is learned from a seeded random sample of this many training sentences (both sides counted;
+    # all of them when the corpus is smaller): SentencePiece's advice for large corpora, and bounded memory
+    vocab_sample: int = 2_000_000
+    workers: int = 0  # processes that encode the corpus; 0 = one per core (os.cpu_count()). Same cache either way
+    # a folder made by `transduce prepare`: training reads it (memory-mapped, never writes it) instead of preparing
+    # RUN/data; the keys above are then taken from the folder (and recorded in the run's config.json)
+    prepared: str = ""
 
     def __post_init__(self) -> None:
         if self.vocab_size <= 4:
@@ -164,6 +171,8 @@ class DataConfig:
             raise ConfigError(f"data.errors must be 'strict' or 'replace', got {self.errors!r}")
         if self.max_len <= 0 or self.max_ratio <= 0:
             raise ConfigError("data.max_len and data.max_ratio must be positive")
+        if self.vocab_sample < 1 or self.workers < 0:
+            raise ConfigError("data.vocab_sample must be positive and data.workers >= 0 (0: one per core)")
 
 
 @dataclass(frozen=True, kw_only=True)

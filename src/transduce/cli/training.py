@@ -26,7 +26,8 @@ def cmd_prepare(args) -> int:
         "src": args.src,
         "tgt": args.tgt,
     }
-    for name in ("vocab_size", "model_type", "lowercase", "split_digits", "max_len", "max_ratio", "errors"):
+    names = ("vocab_size", "model_type", "lowercase", "split_digits", "max_len", "max_ratio", "errors", "vocab_sample")
+    for name in (*names, "workers"):
         if getattr(args, name) is not None:  # unset options keep DataConfig's defaults (one place for them)
             options[name] = getattr(args, name)
     prepare(DataConfig(**options), args.out, max_tokens=args.max_tokens)
@@ -116,6 +117,12 @@ def register(sub) -> None:
     p.add_argument("--max-ratio", type=float, help="drop training pairs with a larger length ratio (default 9)")
     p.add_argument("--max-tokens", type=int, default=4096, help="batch size used for the padding report")
     p.add_argument("--errors", choices=["strict", "replace"], help="invalid UTF-8: refuse (default) or replace")
+    p.add_argument(
+        "--vocab-sample",
+        type=int,
+        help="learn the vocabulary from a seeded random sample of this many training sentences (default 2,000,000)",
+    )
+    p.add_argument("--workers", type=int, help="processes that encode the corpus (default: one per core)")
     p.add_argument("--out", required=True, help="a new folder (or an earlier `prepare` output, replaced)")
     p.set_defaults(func=cmd_prepare)
 

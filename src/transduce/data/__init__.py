@@ -1,9 +1,26 @@
 """Data: text readers (text.py), the joint SentencePiece tokenizer (tokenizer.py), parallel-corpus preparation and
-caching (parallel.py), and token-count batching (batching.py)."""
+caching (parallel.py, in chunks by stream.py), and token-count batching (batching.py).
+
+parallel.py (which needs torch) is imported on first use: the processes that encode a corpus (stream.py) start
+without torch."""
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .cache import changed_inputs, reuse_or_build
-from .parallel import Batch, ParallelCorpus, Prepared, TokenArrays, collate, load_prepared, prepare
 from .text import DataError, file_digest, find_side, read_lines, read_parallel, resolve_path
+
+if TYPE_CHECKING:
+    from .parallel import Batch, ParallelCorpus, Prepared, TokenArrays, collate, load_prepared, prepare
+
+_LAZY = ("Batch", "ParallelCorpus", "Prepared", "TokenArrays", "collate", "load_prepared", "prepare")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(".parallel", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Batch",

@@ -19,27 +19,49 @@ import numpy as np
 def make_batches(
     src_lengths: np.ndarray, tgt_lengths: np.ndarray, *, max_tokens: int, seed: int, epoch: int, shuffle: bool = True
 ) -> list[np.ndarray]:
-    """Index arrays of pairs. A pair longer than max_tokens on its own gets a batch to itself."""
+    """Index arrays of pairs. A pair longer than max_tokens on its own gets a batch to itself.
+
+    No Python loop over pairs (a 36M-pair epoch is formed in seconds): one sort, then a loop over batches that
+    finds where each ends with array operations on the pairs that could still fit it."""
     n = len(src_lengths)
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(n) if shuffle else np.arange(n)
-    # np.lexsort is stable: among equal lengths the shuffled order survives. Last key = primary (target).
-    src, tgt = np.asarray(src_lengths[order], dtype=np.int64), np.asarray(tgt_lengths[order], dtype=np.int64)
-    order = order[np.lexsort((np.where(tgt % 2 == 0, src, -src), tgt))]
-    batches, start, max_s, max_t = [], 0, 0, 0
-    s_sorted, t_sorted = src_lengths[order], tgt_lengths[order]
-    for i in range(n):
-        s, t = max(max_s, int(s_sorted[i])), max(max_t, int(t_sorted[i]))
-        count = i - start + 1
-        if count > 1 and (count * s > max_tokens or count * t > max_tokens):
-            batches.append(order[start:i])
-            start, s, t = i, int(s_sorted[i]), int(t_sorted[i])
-        max_s, max_t = s, t
-    if n:
-        batches.append(order[start:n])
+    src, tgt = np.asarray(src_lengths, dtype=np.int64)[order], np.asarray(tgt_lengths, dtype=np.int64)[order]
+    # Sort by target length, then by source length, rising within even target lengths and falling within odd ones;
+    # stable, so among equal lengths the shuffled order survives (one integer key: the same order as np.lexsort's).
+    snake = np.where(tgt % 2 == 0, src, -src)
+    key = tgt * (2 * int(src.max(initial=0)) + 1) + snake
+    del snake
+    perm = np.argsort(key, kind="stable")
+    del key
+    order, s_sorted, t_sorted = order[perm], src[perm], tgt[perm]
+    del perm, src, tgt
+    ends = _batch_ends(s_sorted, t_sorted, max_tokens)
+    batches = np.split(order, ends[:-1]) if n else []
     if shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
+
+
+def _batch_ends(s_sorted: np.ndarray, t_sorted: np.ndarray, max_tokens: int) -> np.ndarray:
+    """Greedy packing of the sorted pairs: a batch takes pairs while count x its longest source and count x its
+    longest target each stay <= max_tokens (its first pair always). Returns each batch's end (exclusive)."""
+    n = len(s_sorted)
+    ends = []
+    start = 0
+    longest = np.maximum(s_sorted, t_sorted)
+    while start < n:
+        # a batch never holds more pairs than max_tokens // (its first pair's longer side): look no further
+        window = min(n - start, max(1, max_tokens // max(1, int(longest[start]))) + 1)
+        count = np.arange(1, window + 1)
+        s = np.maximum.accumulate(s_sorted[start : start + window])
+        t = np.maximum.accumulate(t_sorted[start : start + window])
+        over = (count * s > max_tokens) | (count * t > max_tokens)
+        over[0] = False
+        first_over = int(np.argmax(over)) if over.any() else window
+        start += first_over
+        ends.append(start)
+    return np.asarray(ends, dtype=np.int64)
 
 
 def update_groups(batches: list[np.ndarray], *, world_size: int, rank: int, accumulate: int) -> list[list]:
@@ -61,9 +83,13 @@ def update_groups(batches: list[np.ndarray], *, world_size: int, rank: int, accu
 
 def padding_efficiency(corpus, batches: list[np.ndarray]) -> float:
     """Real tokens / padded tokens (source and target together) over the given batches."""
-    src, tgt = corpus.src_lengths, corpus.tgt_lengths
+    if not batches:
+        return 0.0
+    indices = np.concatenate(batches)
+    starts = np.cumsum([0] + [len(b) for b in batches[:-1]])
+    sizes = np.asarray([len(b) for b in batches], dtype=np.int64)
     real = padded = 0
-    for b in batches:
-        real += int(src[b].sum()) + int(tgt[b].sum())
-        padded += len(b) * (int(src[b].max()) + int(tgt[b].max()))
+    for lengths in (corpus.src_lengths[indices], corpus.tgt_lengths[indices]):
+        real += int(lengths.sum(dtype=np.int64))
+        padded += int((np.maximum.reduceat(lengths, starts).astype(np.int64) * sizes).sum())
     return real / max(1, padded)

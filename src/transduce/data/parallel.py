@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import signal
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import cached_property
+from itertools import zip_longest
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +25,25 @@ import numpy as np
 import torch
 
 from ..config import DataConfig
+from ..outputs import claim_folder, exclusive, read_manifest, remove_leftovers, remove_own_folder
 from .cache import reuse_or_build
-from .text import DataError, file_digest, find_side, read_lines, read_parallel
+from .stream import (
+    CHUNK_LINES,
+    ChunkJob,
+    chunk_folder,
+    count_lines,
+    encode_chunk,
+    line_blocks,
+    read_chunk_stats,
+    sample_lines,
+    split_lines,
+)
+from .text import DataError, file_digest, find_side, read_lines
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError
 
-CACHE_VERSION = 1
+# 2: ids as uint16 where the vocabulary fits, SPLIT.lines.npy, no text copy of the training split, the vocabulary
+# learned from a seeded sample of data.vocab_sample sentences (all of them when the corpus is smaller)
+CACHE_VERSION = 2
 
 
 # Token arrays -----------------------------------------------------------------------------------------------------
@@ -56,7 +78,15 @@ class TokenArrays:
 
     @classmethod
     def load(cls, stem: Path) -> TokenArrays:
-        return cls(np.load(f"{stem}.ids.npy", allow_pickle=False), np.load(f"{stem}.offsets.npy", allow_pickle=False))
+        """Memory-mapped: the ids stay on disk (the page cache shares them between ranks and runs)."""
+        return cls(_map(f"{stem}.ids.npy"), _map(f"{stem}.offsets.npy"))
+
+
+def _map(path: str) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError:  # an empty array cannot be mapped
+        return np.load(path, allow_pickle=False)
 
 
 @dataclass
@@ -67,14 +97,15 @@ class ParallelCorpus:
     def __len__(self) -> int:
         return len(self.src)
 
-    # Lengths as the model sees them: source + EOS; target + BOS (decoder input) or + EOS (target output).
-    @property
+    # Lengths as the model sees them: source + EOS; target + BOS (decoder input) or + EOS (target output). Computed
+    # once (int32: 4 bytes a pair, the only per-pair memory a memory-mapped corpus costs).
+    @cached_property
     def src_lengths(self) -> np.ndarray:
-        return self.src.lengths + 1
+        return (self.src.lengths + 1).astype(np.int32)
 
-    @property
+    @cached_property
     def tgt_lengths(self) -> np.ndarray:
-        return self.tgt.lengths + 1
+        return (self.tgt.lengths + 1).astype(np.int32)
 
 
 @dataclass
@@ -145,9 +176,12 @@ def collate(corpus: ParallelCorpus, indices: np.ndarray, *, pad_multiple: int = 
 
 
 # prepare ----------------------------------------------------------------------------------------------------------
+PARTIAL = "data (unfinished)"  # the manifest kind of a prepare's work folder, kept until the cache is complete
+
+
 @dataclass
 class Prepared:
-    """A prepared data folder: tokenizer, encoded splits, and the summary that `prepare` printed."""
+    """A prepared data folder: tokenizer, encoded splits (memory-mapped), and the summary that `prepare` printed."""
 
     root: Path
     tokenizer: Tokenizer
@@ -155,10 +189,38 @@ class Prepared:
     summary: dict
 
     def texts(self, split: str) -> tuple[list[str], list[str]]:
-        """The raw (kept) sentences of a split, for BLEU against real references."""
-        src = read_lines(self.root / f"{split}.src.txt")
-        tgt = read_lines(self.root / f"{split}.tgt.txt")
-        return src, tgt
+        """The raw (kept) sentences of a split: for validation and test splits (BLEU against real references) the
+        folder's copies; for the training split (subword sampling) the kept lines of the input files, which must
+        be unchanged since `prepare` read them."""
+        if (self.root / f"{split}.src.txt").is_file():  # validation and test splits (and caches of version 1)
+            return read_lines(self.root / f"{split}.src.txt"), read_lines(self.root / f"{split}.tgt.txt")
+        info = self.summary["splits"][split]
+        lines = np.load(self.root / f"{split}.lines.npy", allow_pickle=False)
+        errors = self.summary.get("options", {}).get("errors", "strict")
+        sides = []
+        for name in info["files"]:
+            path = Path(name)
+            recorded = self.summary.get("inputs", {}).get(name)
+            if not path.is_file() or (recorded is not None and file_digest(path) != recorded):
+                raise DataError(
+                    f"{path}: missing or changed since {self.root} was prepared from it; its training text is read "
+                    "from there (subword sampling): restore the file, or prepare the data again"
+                )
+            sides.append(_select_lines(path, lines, errors))
+        return sides[0], sides[1]
+
+
+def _select_lines(path: Path, wanted: np.ndarray, errors: str) -> list[str]:
+    """The lines of `path` whose numbers (from 0, rising) are in `wanted`, read in chunks."""
+    out: list[str] = []
+    first = 0
+    for count, block in line_blocks(path, CHUNK_LINES):
+        here = wanted[np.searchsorted(wanted, first) : np.searchsorted(wanted, first + count)] - first
+        if len(here):
+            lines = split_lines(block, str(path), first, errors)
+            out.extend(lines[i] for i in here)
+        first += count
+    return out
 
 
 def _split_prefixes(config: DataConfig) -> dict[str, str]:
@@ -176,9 +238,19 @@ def _input_digests(files: dict[str, tuple[Path, Path]]) -> dict[str, str]:
     return {str(path): file_digest(path) for pair in files.values() for path in pair}
 
 
-def _cache_key(config: DataConfig, files: dict[str, tuple[Path, Path]], digests: dict[str, str]) -> str:
+# DataConfig fields that do not change what `prepare` writes (and so stay out of the cache key)
+NOT_IN_KEY = ("workers", "prepared")
+# fields added with the cache's version 2: a resumed run whose cache was keyed by version 1 had them at the defaults
+NEW_IN_V2 = ("vocab_sample",)
+
+
+def _cache_key(config: DataConfig, files: dict[str, tuple[Path, Path]], digests: dict[str, str], version=None) -> str:
+    version = CACHE_VERSION if version is None else version
+    options = {k: v for k, v in asdict(config).items() if k not in NOT_IN_KEY}
+    if version == 1:
+        options = {k: v for k, v in options.items() if k not in NEW_IN_V2}
     h = hashlib.sha256()
-    h.update(json.dumps({"version": CACHE_VERSION, "options": asdict(config)}, sort_keys=True).encode())
+    h.update(json.dumps({"version": version, "options": options}, sort_keys=True).encode())
     for split, (src, tgt) in sorted(files.items()):
         h.update(f"{split}:{digests[str(src)]}:{digests[str(tgt)]}".encode())
     return h.hexdigest()[:16]
@@ -194,93 +266,115 @@ def _percentiles(lengths: np.ndarray) -> dict:
 def prepare(
     config: DataConfig, out_dir: str | Path, *, max_tokens: int = 4096, log=print, frozen: bool = False
 ) -> Prepared:
-    """Train the joint SentencePiece model on the training sides, encode every split, cache it all in `out_dir`.
+    """Train the joint SentencePiece model on (a sample of) the training sides, encode every split in chunks on
+    every core, and cache it all in `out_dir` (see stream.py; memory bounded whatever the corpus size).
 
     The cache is reused when the inputs' contents and the options are unchanged. `frozen` (a run being resumed):
     a cache that no longer matches is refused, naming the file that changed, instead of being prepared again;
-    the run's model was trained on the old vocabulary and token ids.
+    the run's model was trained on the old vocabulary and token ids. A prepare that was interrupted continues from
+    the chunks it finished (kept beside `out_dir` in .partial-NAME-KEY until the cache is complete).
     """
     out_dir = Path(out_dir)
     prefixes = _split_prefixes(config)
     files = {split: (find_side(p, config.src), find_side(p, config.tgt)) for split, p in prefixes.items()}
     digests = _input_digests(files)
     key = _cache_key(config, files, digests)
-    build = lambda tmp: _prepare_into(config, files, tmp, key, max_tokens)
-    summary = reuse_or_build(out_dir, key, digests, build, frozen=frozen, log=log)
+    legacy = _cache_key(config, files, digests, version=1) if _at_defaults(config, NEW_IN_V2) else None
+    work = out_dir.parent / f".partial-{out_dir.name}-{key}"
+
+    def build(tmp: Path) -> dict:
+        return _prepare_resumable(config, files, tmp, key, max_tokens, work, log)
+
+    summary = reuse_or_build(out_dir, key, digests, build, frozen=frozen, log=log, frozen_keys=(legacy,) if legacy else ())
     if summary is not None:
+        remove_own_folder(work, PARTIAL)
         log(format_summary(summary))
     return load_prepared(out_dir)
 
 
-def _encode_split(
-    config: DataConfig, tokenizer: Tokenizer, split: str, src_lines: list[str], tgt_lines: list[str]
-) -> tuple[list[int], list[list[int]], list[list[int]], dict[str, int]]:
-    """Token ids of the pairs kept (their line indices) and what was dropped: empty pairs from train and valid, too
-    long pairs (data.max_len) from train and valid, too unbalanced ones (data.max_ratio) from train. Test sets stay
-    whole."""
-    is_test = split not in ("train", "valid")
-    keep = [i for i, (a, b) in enumerate(zip(src_lines, tgt_lines)) if is_test or (a.strip() and b.strip())]
-    dropped = {"empty": len(src_lines) - len(keep)}
-    src_ids = tokenizer.encode([src_lines[i] for i in keep])
-    tgt_ids = tokenizer.encode([tgt_lines[i] for i in keep])
-    if is_test:
-        return keep, src_ids, tgt_ids, dropped
-    ok = []
-    dropped["too_long"] = dropped["ratio"] = 0
-    for j, (a, b) in enumerate(zip(src_ids, tgt_ids)):
-        la, lb = len(a), len(b)
-        if la > config.max_len or lb > config.max_len:
-            dropped["too_long"] += 1
-        elif split == "train" and max(la, lb) > config.max_ratio * max(1, min(la, lb)):
-            dropped["ratio"] += 1
-        else:
-            ok.append(j)
-    return [keep[j] for j in ok], [src_ids[j] for j in ok], [tgt_ids[j] for j in ok], dropped
+def _at_defaults(config: DataConfig, names: tuple[str, ...]) -> bool:
+    defaults = DataConfig()
+    return all(getattr(config, n) == getattr(defaults, n) for n in names)
 
 
-def _prepare_into(config: DataConfig, files: dict, out: Path, key: str, max_tokens: int) -> dict:
+def _prepare_resumable(
+    config: DataConfig, files: dict, out: Path, key: str, max_tokens: int, work: Path, log
+) -> dict:
+    """The work folder's steps (each kept when done): the tokenizer, then the chunks; then the cache in `out`."""
+    stem = work.name[: -len(key)]  # ".partial-NAME-"
+    for stale in work.parent.glob(f"{stem}*"):
+        rest = stale.name[len(stem) :]
+        if stale != work and len(rest) == len(key) and all(c in "0123456789abcdef" for c in rest):
+            remove_own_folder(stale, PARTIAL)  # an interrupted prepare of other inputs or options into this folder
+    resumed = work.is_dir()
+    claim_folder(work, PARTIAL, cache_key=key)
+    try:
+        with exclusive(work, "preparing data"):
+            if resumed:
+                log(f"data: continuing the interrupted prepare kept in {work}")
+            return _prepare_into(config, files, out, work, max_tokens, log)
+    except DataError:
+        remove_own_folder(work, PARTIAL)  # the inputs are at fault: once fixed, their key (and folder) differ
+        raise
+    except (OSError, KeyboardInterrupt):
+        log(f"data: the finished part is kept in {work}; the same command continues from it")
+        raise
+
+
+def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_tokens: int, log) -> dict:
     from .batching import make_batches, padding_efficiency
 
-    raw = {}
-    for split, (src_path, tgt_path) in files.items():
-        raw[split] = read_parallel(src_path, tgt_path, errors=config.errors)
+    tokenizer_path = work / "tokenizer.model"
+    if not tokenizer_path.is_file():
+        src_path, tgt_path = files["train"]
+        counts = [count_lines(src_path), count_lines(tgt_path)]
+        if counts[0] != counts[1]:
+            raise DataError(
+                f"{src_path} has {counts[0]} lines but {tgt_path} has {counts[1]}; "
+                "parallel files must have one sentence per line on both sides"
+            )
+        if sum(counts) > config.vocab_sample:
+            log(f"data: the vocabulary is trained on {config.vocab_sample:,} of {sum(counts):,} training sentences")
+        Tokenizer.train(
+            sample_lines([src_path, tgt_path], counts, config.vocab_sample, seed=VOCAB_SAMPLE_SEED, errors=config.errors),
+            tokenizer_path,
+            vocab_size=config.vocab_size,
+            model_type=config.model_type,
+            lowercase=config.lowercase,
+            split_digits=config.split_digits,
+            max_sentences=config.vocab_sample,
+        )
+    tokenizer = Tokenizer(tokenizer_path)
+    id_dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "int32"
+    chunk_stats = _encode_chunks(config, files, work, str(tokenizer_path), id_dtype, log)
 
-    train_src, train_tgt = raw["train"]
-    tokenizer = Tokenizer.train(
-        (line for line in train_src + train_tgt if line.strip()),
-        out / "tokenizer.model",
-        vocab_size=config.vocab_size,
-        model_type=config.model_type,
-        lowercase=config.lowercase,
-        split_digits=config.split_digits,
-    )
-
+    for name in ("tokenizer.model", "tokenizer.json"):
+        shutil.copyfile(work / name, out / name)
     summary: dict[str, Any] = {  # summary.json
-        "cache_key": key,
+        "version": CACHE_VERSION,
         "src": config.src,
         "tgt": config.tgt,
         "vocab_size": tokenizer.vocab_size,
         "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
-        "options": asdict(config),
+        "options": {k: v for k, v in asdict(config).items() if k not in NOT_IN_KEY},
         "splits": {},
     }
-    for split, (src_lines, tgt_lines) in raw.items():
-        keep, src_ids, tgt_ids, dropped = _encode_split(config, tokenizer, split, src_lines, tgt_lines)
-        corpus = ParallelCorpus(TokenArrays.from_lists(src_ids), TokenArrays.from_lists(tgt_ids))
-        corpus.src.save(out / f"{split}.src")
-        corpus.tgt.save(out / f"{split}.tgt")
-        for side, lines in (("src", src_lines), ("tgt", tgt_lines)):
-            (out / f"{split}.{side}.txt").write_text("".join(lines[i] + "\n" for i in keep), encoding="utf-8")
-        info = {
+    for split, stats in chunk_stats.items():
+        folders = [chunk_folder(work / "chunks", split, i) for i in range(len(stats))]
+        for side, path in zip(("src", "tgt"), files[split]):
+            if not any(s["nonblank"][side == "tgt"] for s in stats):
+                raise DataError(f"{path}: the file is empty")
+        corpus = _join_chunks(split, folders, out, id_dtype, text=split != "train")
+        info: dict[str, Any] = {
             "files": [str(p) for p in files[split]],
-            "lines": len(src_lines),
+            "lines": sum(s["lines"] for s in stats),
             "sentences": len(corpus),
-            "dropped": dropped,
+            "dropped": {k: sum(s["dropped"][k] for s in stats) for k in stats[0]["dropped"]},
         }
         for side, arr in (("src", corpus.src), ("tgt", corpus.tgt)):
             n = int(arr.offsets[-1])
             info[f"{side}_tokens"] = n
-            info[f"{side}_unk_rate"] = round(float((arr.ids == UNK_ID).sum()) / max(1, n), 6)
+            info[f"{side}_unk_rate"] = round(sum(s[f"{side}_unk"] for s in stats) / max(1, n), 6)
             info[f"{side}_length"] = _percentiles(arr.lengths)
         if split == "train" and len(corpus):
             batches = make_batches(corpus.src_lengths, corpus.tgt_lengths, max_tokens=max_tokens, seed=0, epoch=0)
@@ -288,9 +382,116 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, key: str, max_toke
             info["padding_efficiency"] = round(padding_efficiency(corpus, batches), 4)
             info["max_tokens"] = max_tokens
         summary["splits"][split] = info
-    if not len(TokenArrays.load(out / "train.src")):
+    if not summary["splits"]["train"]["sentences"]:
         raise DataError(f"{files['train'][0]}: no usable training pairs (all empty, too long or unbalanced)")
     return summary
+
+
+VOCAB_SAMPLE_SEED = 20170612  # the seeded sample of training sentences the vocabulary is learned from
+
+
+def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, id_dtype: str, log) -> dict:
+    """Every split's chunks encoded (in `workers` processes, at most two chunks each in flight) or found finished
+    in work/chunks. Returns each split's chunk stats, in order."""
+    chunks = work / "chunks"
+    chunks.mkdir(exist_ok=True)
+    remove_leftovers(chunks, "")  # chunks a killed worker left half-written
+    workers = config.workers or os.cpu_count() or 1
+    train_lines = count_lines(files["train"][0]) if workers > 1 else 0
+    pool = None
+    if workers > 1 and train_lines > CHUNK_LINES:
+        pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_ignore_interrupts)
+    results: dict[str, list] = {}
+    pending: deque = deque()
+    done = reused = 0
+    try:
+        for split, (src_path, tgt_path) in files.items():
+            kind = split if split in ("train", "valid") else "test"
+            results[split] = []
+            first = index = 0
+            for a, b in zip_longest(line_blocks(src_path, CHUNK_LINES), line_blocks(tgt_path, CHUNK_LINES)):
+                if a is None or b is None or a[0] != b[0]:
+                    n_src, n_tgt = count_lines(src_path), count_lines(tgt_path)
+                    raise DataError(
+                        f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; "
+                        "parallel files must have one sentence per line on both sides"
+                    )
+                stats = read_chunk_stats(chunk_folder(chunks, split, index))
+                if stats is not None:
+                    results[split].append(stats)
+                    reused += 1
+                else:
+                    job = ChunkJob(
+                        split, index, first, a[1], b[1], str(src_path), str(tgt_path), str(chunks), tokenizer,
+                        kind, config.max_len, config.max_ratio, config.errors, id_dtype,
+                    )  # fmt: skip
+                    if pool is None:
+                        results[split].append(encode_chunk(job))
+                    else:
+                        results[split].append(None)
+                        pending.append((split, len(results[split]) - 1, pool.submit(encode_chunk, job)))
+                        while len(pending) >= 2 * workers:
+                            s, i, future = pending.popleft()
+                            results[s][i] = future.result()
+                    done += 1
+                first += a[0]
+                index += 1
+        while pending:
+            s, i, future = pending.popleft()
+            results[s][i] = future.result()
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    if reused:
+        log(f"data: {reused} chunk(s) of {CHUNK_LINES:,} pairs found finished, {done} encoded")
+    return results
+
+
+def _ignore_interrupts() -> None:  # worker processes: Ctrl-C is the main process's to handle (it saves nothing)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _join_chunks(split: str, folders: list[Path], out: Path, id_dtype: str, *, text: bool) -> ParallelCorpus:
+    """One split's chunks joined into OUT/SPLIT.SIDE.{ids,offsets}.npy, OUT/SPLIT.lines.npy (each kept pair's line
+    number in the input files) and, for validation and test splits, OUT/SPLIT.SIDE.txt; read back memory-mapped."""
+    np.save(
+        out / f"{split}.lines.npy",
+        np.concatenate([np.load(f / "lines.npy", allow_pickle=False) for f in folders]),
+        allow_pickle=False,
+    )
+    for side in ("src", "tgt"):
+        lengths = np.concatenate([np.load(f / f"{side}.lengths.npy", allow_pickle=False) for f in folders])
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        np.save(out / f"{split}.{side}.offsets.npy", offsets, allow_pickle=False)
+        del lengths
+        total = int(offsets[-1])
+        if total == 0:
+            np.save(out / f"{split}.{side}.ids.npy", np.zeros(0, dtype=id_dtype), allow_pickle=False)
+        else:
+            ids = np.lib.format.open_memmap(out / f"{split}.{side}.ids.npy", mode="w+", dtype=id_dtype, shape=(total,))
+            at = 0
+            for f in folders:
+                part = np.load(f / f"{side}.ids.npy", mmap_mode="r", allow_pickle=False)
+                ids[at : at + len(part)] = part
+                at += len(part)
+            ids.flush()
+            del ids
+        if text:
+            with open(out / f"{split}.{side}.txt", "wb") as dst:
+                for f in folders:
+                    with open(f / f"{side}.txt", "rb") as src:
+                        shutil.copyfileobj(src, dst)
+    return ParallelCorpus(TokenArrays.load(out / f"{split}.src"), TokenArrays.load(out / f"{split}.tgt"))
+
+
+def open_prepared(folder: str | Path) -> Prepared:
+    """A folder that `transduce prepare` made, opened read-only (data.prepared); anything else is refused."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    if not folder.is_dir() or manifest is None or manifest["kind"] != "data" or not (folder / "summary.json").is_file():
+        raise DataError(f"{folder}: not a data folder made by `transduce prepare` (data.prepared names one)")
+    return load_prepared(folder)
 
 
 def load_prepared(root: str | Path) -> Prepared:

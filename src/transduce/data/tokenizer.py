@@ -66,9 +66,10 @@ class Tokenizer:
     def normalize(self, text: str) -> str:
         return text.lower() if self.lowercase else text
 
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Texts -> token ids (no BOS/EOS; callers add them)."""
-        return self.sp.encode([self.normalize(t) for t in texts], out_type=int, num_threads=os.cpu_count() or 1)
+    def encode(self, texts: Sequence[str], *, num_threads: int | None = None) -> list[list[int]]:
+        """Texts -> token ids (no BOS/EOS; callers add them), on `num_threads` threads (default: every core)."""
+        threads = num_threads or os.cpu_count() or 1
+        return self.sp.encode([self.normalize(t) for t in texts], out_type=int, num_threads=threads)
 
     def encode_sampled(self, texts: Sequence[str], *, alpha: float, seed: int) -> list[list[int]]:
         """Texts -> one segmentation drawn at random (subword regularisation): BPE-dropout with rate `alpha` for a

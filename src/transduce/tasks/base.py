@@ -91,6 +91,9 @@ def task_class(name: str) -> type[Task]:
     return found
 
 
+FREE_TO_CHANGE = {("data", "workers")}  # settings that do not change the data: a resume may set them otherwise
+
+
 def same_run(saved: Any, new: Any, sections: tuple[str, ...] = ("model", "data")) -> None:
     """Resuming: the model and the data must be those the run started with (training and decoding settings may
     change). A vocabulary size left at 0 in the new config is filled in from the run's."""
@@ -102,7 +105,7 @@ def same_run(saved: Any, new: Any, sections: tuple[str, ...] = ("model", "data")
         a, b = dataclasses.asdict(getattr(saved, section)), dataclasses.asdict(getattr(new, section))
         if section == "model" and not b["vocab_size"]:
             b["vocab_size"] = a["vocab_size"]
-        changed = [k for k in a if a[k] != b[k]]
+        changed = [k for k in a if a[k] != b.get(k) and (section, k) not in FREE_TO_CHANGE]
         if changed:
             raise ConfigError(
                 f"this run directory was started with different {section} settings "

@@ -4,6 +4,7 @@ Transformer, label-smoothed cross-entropy over target tokens, validation loss an
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -13,13 +14,14 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ..config import Config, ConfigError, read_config, save_config
+from ..config import Config, ConfigError, DataConfig, read_config, save_config
 from ..data import Batch, DataError, ParallelCorpus, Prepared, TokenArrays, collate, prepare
+from ..data.parallel import open_prepared
 from ..data.batching import make_batches
 from ..decoding.translator import Translator
 from ..metrics import score
 from ..model import Transformer
-from ..outputs import atomic_folder, read_manifest, remove_leftovers, remove_own_folder
+from ..outputs import atomic_folder, atomic_write_text, read_manifest, remove_leftovers, remove_own_folder
 from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
@@ -245,19 +247,22 @@ class TranslationTask(SequenceTask):
             raise ConfigError("model.word_pointer points at the input's words while parsing; a translation has none")
         config_path = run_dir / "config.json"
         frozen = has_trained(run_dir)
-        if frozen:
-            same_run(read_config(config_path, Config), config)
-        if main:
-            prepare(config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=log, frozen=frozen)
-        barrier()
-        data = prepare(
-            config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=lambda _: None, frozen=True
-        )
+        if config.data.prepared:  # a folder made by `transduce prepare`: read, never written
+            data, config = from_prepared(config, run_dir, frozen=frozen, main=main, log=log)
+        else:
+            if frozen:
+                same_run(read_config(config_path, Config), config)
+            if main:
+                prepare(config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=log, frozen=frozen)
+            barrier()
+            data = prepare(
+                config.data, run_dir / "data", max_tokens=config.train.max_tokens, log=lambda _: None, frozen=True
+            )
         vocab = data.tokenizer.vocab_size
         if config.model.vocab_size and config.model.vocab_size != vocab:
             raise ConfigError(
                 f"model.vocab_size is {config.model.vocab_size} but the tokenizer in "
-                f"{run_dir / 'data'} has {vocab} pieces; leave model.vocab_size unset (0) or make "
+                f"{data.root} has {vocab} pieces; leave model.vocab_size unset (0) or make "
                 "them equal"
             )
         config = config.replace(model=dataclasses.replace(config.model, vocab_size=vocab))
@@ -286,3 +291,41 @@ class TranslationTask(SequenceTask):
 
     def predictor(self, model: Transformer) -> Translator:
         return Translator(model, self.data.tokenizer, decode=self.config.decode)
+
+
+PREPARED_RECORD = "prepared-data.json"  # RUN/prepared-data.json: the data.prepared folder a run trains on, and its key
+
+
+def from_prepared(
+    config: Config, run_dir: Path, *, frozen: bool, main: bool, log: Callable[[str], None]
+) -> tuple[Prepared, Config]:
+    """data.prepared: open the folder (memory-mapped; it is never written), put its data settings in place of the
+    recipe's (the run's config.json records them and the folder's absolute path), and check a resumed run against
+    RUN/prepared-data.json: the folder must hold the very data (cache key) the run started on."""
+    folder = Path(config.data.prepared).absolute()
+    data = open_prepared(folder)
+    known = {f.name for f in dataclasses.fields(DataConfig)}
+    options = {k: tuple(v) if k == "test" else v for k, v in data.summary["options"].items() if k in known}
+    data_config = DataConfig(**{**options, "prepared": str(folder), "workers": config.data.workers})
+    recipe, mine = dataclasses.asdict(config.data), dataclasses.asdict(data_config)
+    replaced = [k for k in options if recipe[k] != mine[k] and recipe[k] != getattr(DataConfig(), k)]
+    if main and replaced:
+        log(f"data: the recipe's {', '.join(f'data.{k}' for k in replaced)} replaced by the settings of {folder}")
+    config = config.replace(data=data_config)
+    record, key = run_dir / PREPARED_RECORD, data.summary.get("cache_key", "")
+    if frozen:
+        same_run(read_config(run_dir / "config.json", Config), config)
+        try:
+            started = json.loads(record.read_text(encoding="utf-8")).get("cache_key")
+        except (OSError, ValueError, AttributeError):
+            started = None
+        if started is not None and started != key:
+            raise DataError(
+                f"{folder}: prepared again (cache key {key}, was {started}) since this run started training on it; "
+                "the model was trained on that data: restore it, or train into a new --out"
+            )
+    if main and (not frozen or not record.is_file()):
+        atomic_write_text(record, json.dumps({"folder": str(folder), "cache_key": key}, indent=2) + "\n")
+    if main:
+        log(f"data: reading {folder} (key {key}), memory-mapped")
+    return data, config

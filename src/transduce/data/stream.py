@@ -1,0 +1,196 @@
+"""Streaming preparation: a parallel corpus of any size read in chunks of CHUNK_LINES pairs, each chunk encoded in a
+worker process and written to disk as flat NumPy arrays; the chunks are then joined into one array per split and
+side. Nothing holds the whole corpus as Python objects: the main process keeps one chunk of raw bytes per worker in
+flight, and the per-pair lengths at the end.
+
+A chunk is a pure function of its lines, the tokenizer and the options, and is written under a temporary name and
+renamed when complete; so a prepare killed at any point restarts from the chunks it finished and ends with the same
+bytes as an unbroken run. This module imports no torch: the worker processes start in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import chain, islice
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from .text import DataError
+from .tokenizer import UNK_ID, Tokenizer
+
+CHUNK_LINES = 50_000  # pairs per chunk: part of the cache format (a resumed prepare relies on the same boundaries)
+
+
+# Reading -----------------------------------------------------------------------------------------------------------
+def open_binary(path: Path) -> IO[bytes]:
+    """A file's bytes, decompressed when it ends in .gz."""
+    try:
+        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115 (the caller closes)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a folder, not a text file") from None
+
+
+def line_blocks(path: Path, lines: int) -> Iterator[tuple[int, bytes]]:
+    """The file's bytes in blocks of `lines` whole lines (the last block may be shorter), with their line counts."""
+    try:
+        with open_binary(path) as f:
+            while True:
+                block = list(islice(f, lines))
+                if not block:
+                    return
+                yield len(block), b"".join(block)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise DataError(f"{path}: unreadable gzip data ({err or 'truncated'})") from None
+
+
+def count_lines(path: Path) -> int:
+    """Lines in a file (plain or gzipped) as read_lines counts them: a last line without a newline counts."""
+    count, last = 0, b"\n"
+    try:
+        with open_binary(path) as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                count += block.count(b"\n")
+                last = block[-1:]
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise DataError(f"{path}: unreadable gzip data ({err or 'truncated'})") from None
+    return count + (last != b"\n")
+
+
+def split_lines(data: bytes, name: str, first_line: int, errors: str) -> list[str]:
+    """A block of whole lines -> its lines as read_lines gives them (no line ends, a trailing "\\r" removed). Invalid
+    UTF-8 under errors="strict" is refused naming the file and the line (counted from 1 over the whole file)."""
+    try:
+        text = data.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as err:
+        line = first_line + data.count(b"\n", 0, err.start) + 1
+        raise DataError(
+            f"{name}:{line}: invalid UTF-8 (byte 0x{data[err.start]:02x}); fix the file or pass --errors replace"
+        ) from None
+    lines = text.split("\n")  # not splitlines(): U+2028 and friends inside a sentence must not split it
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.rstrip("\r") for line in lines]
+
+
+def sample_lines(paths: list[Path], counts: list[int], size: int, *, seed: int, errors: str) -> Iterator[str]:
+    """The non-blank lines among a seeded random choice of `size` lines of the files (taken as one sequence, in file
+    order); every line when the files hold no more than `size`. Streams: memory grows with `size`, not the files."""
+    total = sum(counts)
+    chosen = None if total <= size else np.sort(np.random.default_rng(seed).choice(total, size=size, replace=False))
+    start = 0
+    for path, count in zip(paths, counts):
+        mine = None if chosen is None else chosen[(chosen >= start) & (chosen < start + count)] - start
+        first = 0
+        for _, block in line_blocks(path, CHUNK_LINES):
+            lines = split_lines(block, str(path), first, errors)
+            if mine is None:
+                yield from (line for line in lines if line.strip())
+            else:
+                here = mine[(mine >= first) & (mine < first + len(lines))] - first
+                yield from (line for line in (lines[i] for i in here) if line.strip())
+            first += len(lines)
+        start += count
+
+
+# Encoding (in the worker processes) ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChunkJob:
+    """One chunk of one split: lines [first_line, first_line + n) of both sides, as raw bytes."""
+
+    split: str
+    index: int
+    first_line: int
+    src: bytes
+    tgt: bytes
+    src_name: str
+    tgt_name: str
+    folder: str  # where the chunk's folder goes (it is named after split and index)
+    tokenizer: str  # the SentencePiece model's path
+    kind: str  # "train" (length and ratio filters, empty pairs dropped), "valid" (length filter too), "test" (kept)
+    max_len: int
+    max_ratio: float
+    errors: str
+    id_dtype: str  # "uint16" or "int32"
+
+
+_TOKENIZERS: dict[str, Tokenizer] = {}  # per worker process: each loads the model once
+
+
+def chunk_folder(folder: str | Path, split: str, index: int) -> Path:
+    return Path(folder) / f"{split}-{index:06d}"
+
+
+def flat_ids(seqs: list[list[int]], lengths: np.ndarray, dtype: str) -> np.ndarray:
+    return np.fromiter(chain.from_iterable(seqs), dtype=dtype, count=int(lengths.sum()))
+
+
+def encode_chunk(job: ChunkJob) -> dict[str, Any]:
+    """Decode, filter and encode one chunk and write it: SIDE.ids.npy (flat ids of the kept pairs), SIDE.lengths.npy,
+    lines.npy (their line numbers in the files, from 0), for non-training splits SIDE.txt (the kept lines), and
+    stats.json (returned). Written into a temporary folder and renamed, so a chunk on disk is always whole."""
+    final = chunk_folder(job.folder, job.split, job.index)
+    if job.tokenizer not in _TOKENIZERS:
+        _TOKENIZERS[job.tokenizer] = Tokenizer(job.tokenizer)
+    tokenizer = _TOKENIZERS[job.tokenizer]
+    src_lines = split_lines(job.src, job.src_name, job.first_line, job.errors)
+    tgt_lines = split_lines(job.tgt, job.tgt_name, job.first_line, job.errors)
+    n = len(src_lines)
+    nonblank = [any(line.strip() for line in lines) for lines in (src_lines, tgt_lines)]
+    if job.kind == "test":
+        keep = np.ones(n, dtype=bool)
+    else:
+        keep = np.fromiter((bool(a.strip() and b.strip()) for a, b in zip(src_lines, tgt_lines)), bool, count=n)
+    dropped = {"empty": int(n - keep.sum())}
+    kept = np.flatnonzero(keep)
+    src_ids = tokenizer.encode([src_lines[i] for i in kept], num_threads=1)
+    tgt_ids = tokenizer.encode([tgt_lines[i] for i in kept], num_threads=1)
+    src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(kept))
+    tgt_len = np.fromiter(map(len, tgt_ids), dtype=np.int64, count=len(kept))
+    ok = np.ones(len(kept), dtype=bool)
+    if job.kind != "test":
+        long = (src_len > job.max_len) | (tgt_len > job.max_len)
+        ok &= ~long
+        dropped["too_long"] = int(long.sum())
+        dropped["ratio"] = 0
+        if job.kind == "train":
+            ratio = ~long & (np.maximum(src_len, tgt_len) > job.max_ratio * np.maximum(1, np.minimum(src_len, tgt_len)))
+            ok &= ~ratio
+            dropped["ratio"] = int(ratio.sum())
+    stats: dict[str, Any] = {"lines": n, "sentences": int(ok.sum()), "dropped": dropped, "nonblank": nonblank}
+    folder = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=job.folder))
+    try:
+        for side, ids, lengths, lines in (("src", src_ids, src_len, src_lines), ("tgt", tgt_ids, tgt_len, tgt_lines)):
+            flat = flat_ids(ids, lengths, job.id_dtype)[np.repeat(ok, lengths)]
+            stats[f"{side}_tokens"] = int(flat.size)
+            stats[f"{side}_unk"] = int((flat == UNK_ID).sum())
+            np.save(folder / f"{side}.ids.npy", flat, allow_pickle=False)
+            np.save(folder / f"{side}.lengths.npy", lengths[ok].astype(np.int32), allow_pickle=False)
+            if job.kind != "train":
+                text = "".join(lines[i] + "\n" for i in kept[ok])
+                (folder / f"{side}.txt").write_bytes(text.encode("utf-8"))
+        np.save(folder / "lines.npy", (kept[ok] + job.first_line).astype(np.int64), allow_pickle=False)
+        (folder / "stats.json").write_text(json.dumps(stats) + "\n", encoding="utf-8")
+        os.replace(folder, final)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return stats
+
+
+def read_chunk_stats(folder: Path) -> dict[str, Any] | None:
+    """The stats of a finished chunk, or None when it is missing or incomplete (it is then encoded again)."""
+    try:
+        return json.loads((folder / "stats.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
