@@ -328,11 +328,7 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
     if not tokenizer_path.is_file():
         src_path, tgt_path = files["train"]
         counts = [count_lines(src_path), count_lines(tgt_path)]
-        if counts[0] != counts[1]:
-            raise DataError(
-                f"{src_path} has {counts[0]} lines but {tgt_path} has {counts[1]}; "
-                "parallel files must have one sentence per line on both sides"
-            )
+        _check_line_counts(src_path, tgt_path, counts[0], counts[1])
         if sum(counts) > config.vocab_sample:
             log(f"data: the vocabulary is trained on {config.vocab_sample:,} of {sum(counts):,} training sentences")
         Tokenizer.train(
@@ -411,11 +407,7 @@ def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, 
             first = index = 0
             for a, b in zip_longest(line_blocks(src_path, CHUNK_LINES), line_blocks(tgt_path, CHUNK_LINES)):
                 if a is None or b is None or a[0] != b[0]:
-                    n_src, n_tgt = count_lines(src_path), count_lines(tgt_path)
-                    raise DataError(
-                        f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; "
-                        "parallel files must have one sentence per line on both sides"
-                    )
+                    _check_line_counts(src_path, tgt_path, count_lines(src_path), count_lines(tgt_path))
                 stats = read_chunk_stats(chunk_folder(chunks, split, index))
                 if stats is not None:
                     results[split].append(stats)
@@ -445,6 +437,17 @@ def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, 
     if reused:
         log(f"data: {reused} chunk(s) of {CHUNK_LINES:,} pairs found finished, {done} encoded")
     return results
+
+
+def _check_line_counts(src_path: Path, tgt_path: Path, n_src: int, n_tgt: int) -> None:
+    for path, n in ((src_path, n_src), (tgt_path, n_tgt)):
+        if n == 0:
+            raise DataError(f"{path}: the file is empty")
+    if n_src != n_tgt:
+        raise DataError(
+            f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; "
+            "parallel files must have one sentence per line on both sides"
+        )
 
 
 def _ignore_interrupts() -> None:  # worker processes: Ctrl-C is the main process's to handle (it saves nothing)

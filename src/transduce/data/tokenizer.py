@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
@@ -114,11 +113,17 @@ class Tokenizer:
         """Train one SentencePiece model on `texts` (both languages' training sides) and write it to `path`."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-            prefix = Path(tmp) / "spm"
+        # a fixed scratch name beside `path` (SentencePiece records it in the model file): the same inputs give the
+        # same bytes, so a resumed `prepare` ends byte-identical to an unbroken one
+        scratch = path.parent / f".{path.stem}-training"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        failure: list[Exception] = []
+        try:
+            prefix = scratch / "spm"
             try:
                 spm.SentencePieceTrainer.train(
-                    sentence_iterator=(t.lower() if lowercase else t for t in texts),
+                    sentence_iterator=_guarded((t.lower() if lowercase else t for t in texts), failure),
                     model_prefix=str(prefix),
                     vocab_size=vocab_size,
                     model_type=model_type,
@@ -134,6 +139,8 @@ class Tokenizer:
                     minloglevel=2,
                 )
             except RuntimeError as err:  # e.g. "Vocabulary size too high (8000). Please set it to a value <= 5321."
+                if failure:  # reading the text failed (a DataError naming the line): that is the error
+                    raise failure[0] from None
                 raise TokenizerError(
                     f"SentencePiece could not train a vocabulary of {vocab_size}: {str(err).strip().splitlines()[-1]}"
                 ) from None
@@ -150,4 +157,15 @@ class Tokenizer:
             Path(f"{prefix}.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
             os.replace(f"{prefix}.json", path.with_suffix(".json"))
             os.replace(f"{prefix}.model", path)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         return cls(path)
+
+
+def _guarded(texts: Iterable[str], failure: list[Exception]) -> Iterator[str]:
+    """`texts`, keeping the exception that ends them (SentencePiece turns it into a bare RuntimeError)."""
+    try:
+        yield from texts
+    except Exception as err:
+        failure.append(err)
+        raise

@@ -1,0 +1,252 @@
+"""Paper-scale data (issue 48): the streaming prepare (chunks, worker processes, resumable), memory-mapped caches,
+vectorised batching, and training from a prepared folder (data.prepared). Tiny corpora, cut into many chunks."""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_cli
+from test_data import write_corpus
+
+from transduce.cli import main
+from transduce.config import DataConfig
+from transduce.data import DataError, prepare
+from transduce.data import parallel as parallel_module
+from transduce.data.batching import make_batches
+from transduce.data.tokenizer import Tokenizer
+
+
+def reference_batches(src_lengths, tgt_lengths, *, max_tokens, seed, epoch, shuffle=True):
+    """make_batches as it was before it was vectorised: a Python loop over the sorted pairs (the specification)."""
+    n = len(src_lengths)
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(n) if shuffle else np.arange(n)
+    src, tgt = np.asarray(src_lengths[order], dtype=np.int64), np.asarray(tgt_lengths[order], dtype=np.int64)
+    order = order[np.lexsort((np.where(tgt % 2 == 0, src, -src), tgt))]
+    batches, start, max_s, max_t = [], 0, 0, 0
+    s_sorted, t_sorted = src_lengths[order], tgt_lengths[order]
+    for i in range(n):
+        s, t = max(max_s, int(s_sorted[i])), max(max_t, int(t_sorted[i]))
+        count = i - start + 1
+        if count > 1 and (count * s > max_tokens or count * t > max_tokens):
+            batches.append(order[start:i])
+            start, s, t = i, int(s_sorted[i]), int(t_sorted[i])
+        max_s, max_t = s, t
+    if n:
+        batches.append(order[start:n])
+    if shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+@pytest.mark.parametrize("max_tokens", [1, 7, 64, 700, 5000])
+def test_vectorised_batches_equal_the_loop_over_pairs(max_tokens):
+    rng = np.random.default_rng(max_tokens)
+    for trial in range(6):
+        n = int(rng.integers(0, 2500))
+        src = rng.integers(1, int(rng.integers(2, 300)), n).astype(np.int32)
+        tgt = rng.integers(1, int(rng.integers(2, 300)), n).astype(np.int32)
+        for shuffle in (True, False):
+            mine = make_batches(src, tgt, max_tokens=max_tokens, seed=trial, epoch=3, shuffle=shuffle)
+            theirs = reference_batches(src, tgt, max_tokens=max_tokens, seed=trial, epoch=3, shuffle=shuffle)
+            assert len(mine) == len(theirs)
+            assert all(np.array_equal(a, b) for a, b in zip(mine, theirs))
+
+
+def folder_bytes(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != ".transduce.lock"
+    }
+
+
+@pytest.fixture
+def chunked(monkeypatch):
+    """Chunks of 64 pairs, so that a corpus of a few hundred lines goes through many chunks (and the workers)."""
+    monkeypatch.setattr(parallel_module, "CHUNK_LINES", 64)
+
+
+def test_streaming_prepare_gives_the_tokenizers_ids_in_any_number_of_workers(tmp_path, chunked):
+    train = write_corpus(tmp_path, "train", 700, gz=True)
+    valid = write_corpus(tmp_path, "valid", 90, seed=1)
+    lines = Path(valid + ".en").read_text().splitlines()
+    lines[70] = ""  # an empty pair in the second chunk of valid: dropped
+    Path(valid + ".en").write_text("\n".join(lines) + "\n")
+    cfg = DataConfig(train=train, valid=valid, src="en", tgt="xx", vocab_size=60, max_len=12)
+    one = prepare(DataConfig(**{**cfg.__dict__, "workers": 1}), tmp_path / "one", log=lambda _: None)
+    two = prepare(DataConfig(**{**cfg.__dict__, "workers": 2}), tmp_path / "two", log=lambda _: None)
+    # workers never change the cache (the tokenizer file records the folder it was trained in: compare its pieces)
+    a, b = folder_bytes(tmp_path / "one"), folder_bytes(tmp_path / "two")
+    assert a.pop("tokenizer.model") and b.pop("tokenizer.model") and a == b
+    assert one.tokenizer.signature() == two.tokenizer.signature()
+
+    # the ids are the tokenizer's own for the kept lines, in order; uint16 ids, memory-mapped
+    tokenizer = Tokenizer(tmp_path / "one" / "tokenizer.model")
+    src_lines = read_gz_lines(train + ".en.gz")
+    kept = np.load(tmp_path / "one" / "train.lines.npy")
+    expected = [ids for ids in tokenizer.encode([src_lines[i] for i in kept])]
+    assert all(len(ids) <= 12 for ids in expected) and 0 < len(kept) < 700  # the length filter dropped some
+    too_long = [i for i, ids in enumerate(tokenizer.encode(src_lines)) if len(ids) > 12]
+    assert set(too_long).isdisjoint(kept.tolist())
+    corpus = one.splits["train"]
+    assert corpus.src.ids.dtype == np.uint16 and isinstance(corpus.src.ids, np.memmap)
+    assert [corpus.src[i].tolist() for i in range(len(corpus))] == expected
+    dropped = one.summary["splits"]["valid"]["dropped"]
+    assert dropped["empty"] == 1 and len(one.splits["valid"]) == 89 - dropped["too_long"]
+    valid_kept = np.load(tmp_path / "one" / "valid.lines.npy")
+    assert 70 not in valid_kept and one.texts("valid")[0] == [lines[i] for i in valid_kept]
+    assert one.texts("train")[0] == [src_lines[i] for i in kept]  # read back from the input file
+    assert not list(tmp_path.glob(".partial-*"))  # the work folder goes once the cache is complete
+    assert len(two.splits["train"]) == len(corpus)
+
+
+def read_gz_lines(path: str) -> list[str]:
+    import gzip
+
+    return gzip.decompress(Path(path).read_bytes()).decode().splitlines()
+
+
+def test_killed_prepare_continues_from_its_chunks_and_ends_byte_identical(tmp_path, chunked, monkeypatch):
+    train = write_corpus(tmp_path, "train", 600)
+    valid = write_corpus(tmp_path, "valid", 100, seed=1)
+    cfg = DataConfig(train=train, valid=valid, src="en", tgt="xx", vocab_size=60, workers=1)
+    prepare(cfg, tmp_path / "cut", log=lambda _: None)  # unbroken, into the same folder (the tokenizer records it)
+    (tmp_path / "cut").rename(tmp_path / "whole")
+
+    real, calls = parallel_module.encode_chunk, []
+
+    def killed_at_the_sixth(job):
+        calls.append(job.index)
+        if len(calls) == 6:
+            raise KeyboardInterrupt  # as a kill would: nothing after this point runs
+        return real(job)
+
+    monkeypatch.setattr(parallel_module, "encode_chunk", killed_at_the_sixth)
+    messages: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        prepare(cfg, tmp_path / "cut", log=messages.append)
+    assert not (tmp_path / "cut").exists()
+    [work] = tmp_path.glob(".partial-cut-*")
+    assert len(list((work / "chunks").iterdir())) == 5 and "kept in" in messages[-1]
+
+    monkeypatch.setattr(parallel_module, "encode_chunk", real)
+    messages.clear()
+    prepare(cfg, tmp_path / "cut", log=messages.append)
+    assert any("continuing" in m for m in messages) and any("5 chunk(s)" in m for m in messages)
+    whole, cut = folder_bytes(tmp_path / "whole"), folder_bytes(tmp_path / "cut")
+    assert whole.keys() == cut.keys()
+    # the same bytes, tokenizer included; summary.json differs only in nothing (same inputs, same options)
+    assert whole == cut
+    assert not list(tmp_path.glob(".partial-*"))
+
+
+def test_a_bad_line_deep_in_the_corpus_is_named_and_nothing_is_left(tmp_path, chunked, capsys):
+    train = write_corpus(tmp_path, "train", 500)
+    raw = Path(train + ".xx").read_bytes().split(b"\n")
+    raw[437] = b"\xff\xfe broken"
+    Path(train + ".xx").write_bytes(b"\n".join(raw))
+    out = tmp_path / "out"
+    args = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--vocab-size", "60", "--out", str(out)]
+    assert main([*args, "--workers", "2"]) == 1
+    err = capsys.readouterr().err
+    assert f"{train}.xx:438: invalid UTF-8" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists() and not list(tmp_path.glob(".partial-*")) and not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_full_disk_is_one_line_and_the_previous_cache_is_untouched(tmp_path, chunked, capsys, monkeypatch):
+    train = write_corpus(tmp_path, "train", 300)
+    out = tmp_path / "out"
+    args = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--workers", "1", "--out", str(out)]
+    assert main([*args, "--vocab-size", "60"]) == 0
+    before = folder_bytes(out)
+    real = parallel_module.encode_chunk
+
+    def disk_full(job):
+        if job.index == 2:
+            raise OSError(28, "No space left on device", str(Path(job.folder) / "train-000002"))
+        return real(job)
+
+    monkeypatch.setattr(parallel_module, "encode_chunk", disk_full)
+    capsys.readouterr()
+    assert main([*args, "--vocab-size", "50"]) == 1
+    err = capsys.readouterr().err
+    assert "No space left on device (the disk is full)" in err and "Traceback" not in err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1
+    assert folder_bytes(out) == before  # the cache that was there is untouched
+    monkeypatch.setattr(parallel_module, "encode_chunk", real)
+    assert main([*args, "--vocab-size", "50"]) == 0  # space again: it continues and finishes
+    assert json.loads((out / "summary.json").read_text())["vocab_size"] == 50
+
+
+def test_the_vocabulary_learns_from_a_seeded_sample_of_a_large_corpus(tmp_path):
+    train = write_corpus(tmp_path, "train", 400)
+    messages: list[str] = []
+    cfg = DataConfig(train=train, src="en", tgt="xx", vocab_size=60, vocab_sample=300)
+    a = prepare(cfg, tmp_path / "a", log=messages.append)
+    b = prepare(cfg, tmp_path / "b", log=lambda _: None)
+    assert any("300 of 800 training sentences" in m for m in messages)
+    assert a.tokenizer.signature() == b.tokenizer.signature()  # seeded: the same sample every time
+    full = prepare(DataConfig(**{**cfg.__dict__, "vocab_sample": 800}), tmp_path / "c", log=messages.append)
+    assert len(full.splits["train"]) == len(a.splits["train"]) == 400
+
+
+def test_training_from_a_prepared_folder_shares_it_and_never_writes_it(tmp_path):
+    train = write_corpus(tmp_path, "train", 300)
+    valid = write_corpus(tmp_path, "valid", 20, seed=1)
+    data = tmp_path / "data"
+    run_cli("prepare", "--train", train, "--valid", valid, "--src", "en", "--tgt", "xx", "--vocab-size", "70",
+            "--out", str(data))  # fmt: skip
+    before = folder_bytes(data)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\n"
+        '[data]\ntrain = "nowhere/train"\nsrc = "en"\ntgt = "de"\nvocab_size = 37000\n'
+        "[train]\nmax_steps = 6\nmax_tokens = 200\nsave_every = 3\nvalid_every = 3\nvalid_max_sentences = 4\n"
+        "warmup_steps = 2\nlog_every = 1\ndevice = \"cpu\"\n"
+    )
+    for seed in (1, 2):
+        run = tmp_path / f"run{seed}"
+        out = run_cli("train", str(recipe), "--out", str(run), "--set", f"data.prepared={data}",
+                      "--set", f"train.seed={seed}")  # fmt: skip
+        assert "replaced by the settings of" in out.stderr
+        saved = json.loads((run / "config.json").read_text())
+        assert saved["data"]["train"] == train and saved["data"]["vocab_size"] == 70
+        assert saved["data"]["prepared"] == str(data) and saved["model"]["vocab_size"] == 70
+        assert not (run / "data").exists() and (run / "checkpoints").is_dir()
+    assert folder_bytes(data) == before  # two runs read it; neither wrote it
+    out = run_cli("translate", str(tmp_path / "run1"), "--input", valid + ".en", "--quiet")
+    assert len(out.stdout.splitlines()) == 20
+
+    # resuming checks that the folder still holds the data the run started on
+    run_cli("prepare", "--train", valid, "--valid", valid, "--src", "en", "--tgt", "xx", "--vocab-size", "70",
+            "--out", str(data), check=False)  # fmt: skip
+    refused = run_cli("train", "--out", str(tmp_path / "run1"), "--set", "train.max_steps=9", check=False)
+    assert refused.returncode == 1 and ("data.train" in refused.stderr or "prepared again" in refused.stderr)
+
+    assert run_cli("train", str(recipe), "--out", str(tmp_path / "x"), "--set", f"data.prepared={tmp_path}",
+                   check=False).stderr.count("not a data folder made by `transduce prepare`") == 1  # fmt: skip
+
+
+def test_resume_with_a_folder_prepared_again_from_changed_files_is_refused(tmp_path):
+    train = write_corpus(tmp_path, "train", 200)
+    data = tmp_path / "data"
+    prep = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--vocab-size", "60", "--out", str(data)]
+    run_cli(*prep)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\n"
+        "[train]\nmax_steps = 4\nmax_tokens = 200\nsave_every = 2\nvalid_every = 100\nwarmup_steps = 2\n"
+        'device = "cpu"\n'
+    )
+    run = tmp_path / "run"
+    run_cli("train", str(recipe), "--out", str(run), "--set", f"data.prepared={data}")
+    lines = Path(train + ".en").read_text().splitlines()
+    Path(train + ".en").write_text("\n".join(reversed(lines)) + "\n")  # same options, other contents
+    run_cli(*prep)
+    refused = run_cli("train", "--out", str(run), "--set", "train.max_steps=8", check=False)
+    assert refused.returncode == 1 and "prepared again" in refused.stderr and "Traceback" not in refused.stderr
+    assert os.path.isdir(run / "checkpoints")
