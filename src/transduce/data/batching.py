@@ -26,12 +26,15 @@ def make_batches(
     n = len(src_lengths)
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(n) if shuffle else np.arange(n)
-    src, tgt = np.asarray(src_lengths, dtype=np.int64)[order], np.asarray(tgt_lengths, dtype=np.int64)[order]
+    src, tgt = np.asarray(src_lengths)[order], np.asarray(tgt_lengths)[order]
     # Sort by target length, then by source length, rising within even target lengths and falling within odd ones;
     # stable, so among equal lengths the shuffled order survives (one integer key: the same order as np.lexsort's).
-    snake = np.where(tgt % 2 == 0, src, -src)
-    key = tgt * (2 * int(src.max(initial=0)) + 1) + snake
-    del snake
+    # int32 where it fits: 4 bytes a pair
+    span = 2 * int(src.max(initial=0)) + 1
+    dtype = np.int32 if (int(tgt.max(initial=0)) + 1) * span < 2**31 else np.int64
+    src, tgt = src.astype(dtype, copy=False), tgt.astype(dtype, copy=False)
+    key = tgt * span
+    key += np.where(tgt % 2 == 0, src, -src)
     perm = np.argsort(key, kind="stable")
     del key
     order, s_sorted, t_sorted = order[perm], src[perm], tgt[perm]

@@ -70,7 +70,10 @@ class TokenArrays:
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        """Each sequence's length (int32: 4 bytes a sequence, computed without an int64 copy)."""
+        lengths = np.empty(len(self), dtype=np.int32)
+        np.subtract(self.offsets[1:], self.offsets[:-1], out=lengths, casting="unsafe")
+        return lengths
 
     def save(self, stem: Path) -> None:
         np.save(f"{stem}.ids.npy", self.ids, allow_pickle=False)
@@ -101,11 +104,15 @@ class ParallelCorpus:
     # once (int32: 4 bytes a pair, the only per-pair memory a memory-mapped corpus costs).
     @cached_property
     def src_lengths(self) -> np.ndarray:
-        return (self.src.lengths + 1).astype(np.int32)
+        lengths = self.src.lengths
+        lengths += 1
+        return lengths
 
     @cached_property
     def tgt_lengths(self) -> np.ndarray:
-        return (self.tgt.lengths + 1).astype(np.int32)
+        lengths = self.tgt.lengths
+        lengths += 1
+        return lengths
 
 
 @dataclass
@@ -367,11 +374,11 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
             "sentences": len(corpus),
             "dropped": {k: sum(s["dropped"][k] for s in stats) for k in stats[0]["dropped"]},
         }
-        for side, arr in (("src", corpus.src), ("tgt", corpus.tgt)):
+        for side, arr, lengths in (("src", corpus.src, corpus.src_lengths), ("tgt", corpus.tgt, corpus.tgt_lengths)):
             n = int(arr.offsets[-1])
             info[f"{side}_tokens"] = n
             info[f"{side}_unk_rate"] = round(sum(s[f"{side}_unk"] for s in stats) / max(1, n), 6)
-            info[f"{side}_length"] = _percentiles(arr.lengths)
+            info[f"{side}_length"] = {k: v - 1 for k, v in _percentiles(lengths).items()}  # without the EOS
         if split == "train" and len(corpus):
             batches = make_batches(corpus.src_lengths, corpus.tgt_lengths, max_tokens=max_tokens, seed=0, epoch=0)
             info["batches"] = len(batches)
