@@ -1,4 +1,5 @@
 import gzip
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -234,6 +235,16 @@ def test_multi30k_prepares_with_high_padding_efficiency(tmp_path):
         data.splits["train"].src_lengths, data.splits["train"].tgt_lengths, max_tokens=4096, seed=1, epoch=0
     )
     assert padding_efficiency(data.splits["train"], batches) > 0.9
+    # The streaming prepare (cache version 2) gives Multi30k the vocabulary and the token ids of the version-1
+    # pipeline (whole corpus in memory), whose cache these digests were taken from (commit 3286508).
+    ids = hashlib.sha256()
+    for split in ("train", "valid", "test_2016_flickr"):
+        for arr in (data.splits[split].src, data.splits[split].tgt):
+            ids.update(np.asarray(arr.ids, dtype=np.int32).tobytes())
+            ids.update(np.asarray(arr.offsets, dtype=np.int64).tobytes())
+    assert ids.hexdigest() == "4c8793604bf6f7738b8b437cd78af91250ab832124fed8fd0ec20a7b4dcd34d9"
+    pieces = hashlib.sha256(repr(data.tokenizer.signature()[1]).encode()).hexdigest()
+    assert pieces == "71113fba3bec359e1796ab3d3cd798698713c79aaffd1e8e0b448ee920eac833"
 
 
 def test_batches_follow_target_length_then_alternating_source_length():

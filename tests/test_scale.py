@@ -1,6 +1,7 @@
 """Paper-scale data (issue 48): the streaming prepare (chunks, worker processes, resumable), memory-mapped caches,
 vectorised batching, and training from a prepared folder (data.prepared). Tiny corpora, cut into many chunks."""
 
+import gzip
 import hashlib
 import json
 import os
@@ -206,7 +207,7 @@ def test_training_from_a_prepared_folder_shares_it_and_never_writes_it(tmp_path)
         "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\n"
         '[data]\ntrain = "nowhere/train"\nsrc = "en"\ntgt = "de"\nvocab_size = 37000\n'
         "[train]\nmax_steps = 6\nmax_tokens = 200\nsave_every = 3\nvalid_every = 3\nvalid_max_sentences = 4\n"
-        "warmup_steps = 2\nlog_every = 1\ndevice = \"cpu\"\n"
+        'warmup_steps = 2\nlog_every = 1\ndevice = "cpu"\n'
     )
     for seed in (1, 2):
         run = tmp_path / f"run{seed}"
@@ -250,3 +251,40 @@ def test_resume_with_a_folder_prepared_again_from_changed_files_is_refused(tmp_p
     refused = run_cli("train", "--out", str(run), "--set", "train.max_steps=8", check=False)
     assert refused.returncode == 1 and "prepared again" in refused.stderr and "Traceback" not in refused.stderr
     assert os.path.isdir(run / "checkpoints")
+
+
+def test_subword_sampling_reads_the_training_text_by_offsets_and_refuses_a_changed_file(tmp_path):
+    """No copy of the training text in the cache: sampling reads a batch's lines from the input files (a gzipped one
+    is decompressed once into the run's own folder), and refuses an input that changed since `prepare`."""
+    from conftest import tiny_recipe
+
+    from transduce.config import load_config
+    from transduce.data.training_text import TrainingText
+    from transduce.tasks.base import task_class
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_corpus(corpus, "train", 300, gz=True)
+    write_corpus(corpus, "valid", 20, seed=1)
+    recipe = tiny_recipe(tmp_path / "r.toml", corpus, steps=4, save_every=2)
+    config = load_config(recipe, ["train.subword_sampling=0.2"])
+    run = tmp_path / "run"
+    task = task_class("translation").prepare(config, run, main=True, log=lambda _: None, barrier=lambda: None)
+    assert not list((run / "data").glob("train.*.txt"))
+    copy = run / "subwords" / "text-src"
+    assert (copy / "text").read_text() == gzip.decompress((corpus / "train.en.gz").read_bytes()).decode()
+    src, tgt = task._text.pairs(np.array([7, 3, 299]))
+    lines = read_gz_lines(str(corpus / "train.xx.gz"))
+    assert tgt == [lines[7], lines[3], lines[299]]
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    write_corpus(plain, "train", 50)
+    data = prepare(DataConfig(train=str(plain / "train"), src="en", tgt="xx", vocab_size=60), tmp_path / "d",
+                   log=lambda _: None)  # fmt: skip
+    text = TrainingText(data.root, data.summary)
+    assert text.pairs(np.array([49]))[0] == [(plain / "train.en").read_text().splitlines()[49]]
+    with open(plain / "train.en", "a") as f:
+        f.write("one more line\n")
+    with pytest.raises(DataError, match=r"train\.en: changed \(its size differs\) since .* was prepared"):
+        TrainingText(data.root, data.summary)

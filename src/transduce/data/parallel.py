@@ -292,7 +292,9 @@ def prepare(
     def build(tmp: Path) -> dict:
         return _prepare_resumable(config, files, tmp, key, max_tokens, work, log)
 
-    summary = reuse_or_build(out_dir, key, digests, build, frozen=frozen, log=log, frozen_keys=(legacy,) if legacy else ())
+    summary = reuse_or_build(
+        out_dir, key, digests, build, frozen=frozen, log=log, frozen_keys=(legacy,) if legacy else ()
+    )
     if summary is not None:
         remove_own_folder(work, PARTIAL)
         log(format_summary(summary))
@@ -304,9 +306,7 @@ def _at_defaults(config: DataConfig, names: tuple[str, ...]) -> bool:
     return all(getattr(config, n) == getattr(defaults, n) for n in names)
 
 
-def _prepare_resumable(
-    config: DataConfig, files: dict, out: Path, key: str, max_tokens: int, work: Path, log
-) -> dict:
+def _prepare_resumable(config: DataConfig, files: dict, out: Path, key: str, max_tokens: int, work: Path, log) -> dict:
     """The work folder's steps (each kept when done): the tokenizer, then the chunks; then the cache in `out`."""
     stem = work.name[: -len(key)]  # ".partial-NAME-"
     for stale in work.parent.glob(f"{stem}*"):
@@ -339,7 +339,9 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
         if sum(counts) > config.vocab_sample:
             log(f"data: the vocabulary is trained on {config.vocab_sample:,} of {sum(counts):,} training sentences")
         Tokenizer.train(
-            sample_lines([src_path, tgt_path], counts, config.vocab_sample, seed=VOCAB_SAMPLE_SEED, errors=config.errors),
+            sample_lines(
+                [src_path, tgt_path], counts, config.vocab_sample, seed=VOCAB_SAMPLE_SEED, errors=config.errors
+            ),
             tokenizer_path,
             vocab_size=config.vocab_size,
             model_type=config.model_type,
@@ -360,6 +362,8 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
         "vocab_size": tokenizer.vocab_size,
         "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
         "options": {k: v for k, v in asdict(config).items() if k not in NOT_IN_KEY},
+        # size and modification time of each input: the training text is read from there (training_text.py)
+        "input_stats": {str(p): [p.stat().st_size, p.stat().st_mtime_ns] for pair in files.values() for p in pair},
         "splits": {},
     }
     for split, stats in chunk_stats.items():
@@ -411,7 +415,7 @@ def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, 
         for split, (src_path, tgt_path) in files.items():
             kind = split if split in ("train", "valid") else "test"
             results[split] = []
-            first = index = 0
+            first = index = src_pos = tgt_pos = 0
             for a, b in zip_longest(line_blocks(src_path, CHUNK_LINES), line_blocks(tgt_path, CHUNK_LINES)):
                 if a is None or b is None or a[0] != b[0]:
                     _check_line_counts(src_path, tgt_path, count_lines(src_path), count_lines(tgt_path))
@@ -422,7 +426,7 @@ def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, 
                 else:
                     job = ChunkJob(
                         split, index, first, a[1], b[1], str(src_path), str(tgt_path), str(chunks), tokenizer,
-                        kind, config.max_len, config.max_ratio, config.errors, id_dtype,
+                        kind, config.max_len, config.max_ratio, config.errors, id_dtype, src_pos, tgt_pos,
                     )  # fmt: skip
                     if pool is None:
                         results[split].append(encode_chunk(job))
@@ -434,6 +438,8 @@ def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, 
                             results[s][i] = future.result()
                     done += 1
                 first += a[0]
+                src_pos += len(a[1])
+                tgt_pos += len(b[1])
                 index += 1
         while pending:
             s, i, future = pending.popleft()
@@ -463,12 +469,13 @@ def _ignore_interrupts() -> None:  # worker processes: Ctrl-C is the main proces
 
 def _join_chunks(split: str, folders: list[Path], out: Path, id_dtype: str, *, text: bool) -> ParallelCorpus:
     """One split's chunks joined into OUT/SPLIT.SIDE.{ids,offsets}.npy, OUT/SPLIT.lines.npy (each kept pair's line
-    number in the input files) and, for validation and test splits, OUT/SPLIT.SIDE.txt; read back memory-mapped."""
-    np.save(
-        out / f"{split}.lines.npy",
-        np.concatenate([np.load(f / "lines.npy", allow_pickle=False) for f in folders]),
-        allow_pickle=False,
-    )
+    number in the input files) and, for the training split, OUT/train.SIDE.starts.npy (where each kept line begins
+    in its decompressed input file), for the others OUT/SPLIT.SIDE.txt; read back memory-mapped."""
+    parts = ["lines"] if text else ["lines", "src.starts", "tgt.starts"]
+    for part in parts:
+        joined = np.concatenate([np.load(f / f"{part}.npy", allow_pickle=False) for f in folders])
+        np.save(out / f"{split}.{part}.npy", joined, allow_pickle=False)
+        del joined
     for side in ("src", "tgt"):
         lengths = np.concatenate([np.load(f / f"{side}.lengths.npy", allow_pickle=False) for f in folders])
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import typing
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +35,9 @@ CHUNK_LINES = 50_000  # pairs per chunk: part of the cache format (a resumed pre
 def open_binary(path: Path) -> IO[bytes]:
     """A file's bytes, decompressed when it ends in .gz."""
     try:
-        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115 (the caller closes)
+        if path.suffix == ".gz":
+            return typing.cast(IO[bytes], gzip.open(path, "rb"))
+        return open(path, "rb")
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -122,6 +125,8 @@ class ChunkJob:
     max_ratio: float
     errors: str
     id_dtype: str  # "uint16" or "int32"
+    src_pos: int = 0  # the chunk's first byte in each (decompressed) file
+    tgt_pos: int = 0
 
 
 _TOKENIZERS: dict[str, Tokenizer] = {}  # per worker process: each loads the model once
@@ -137,8 +142,9 @@ def flat_ids(seqs: list[list[int]], lengths: np.ndarray, dtype: str) -> np.ndarr
 
 def encode_chunk(job: ChunkJob) -> dict[str, Any]:
     """Decode, filter and encode one chunk and write it: SIDE.ids.npy (flat ids of the kept pairs), SIDE.lengths.npy,
-    lines.npy (their line numbers in the files, from 0), for non-training splits SIDE.txt (the kept lines), and
-    stats.json (returned). Written into a temporary folder and renamed, so a chunk on disk is always whole."""
+    lines.npy (their line numbers in the files, from 0), for the training split SIDE.starts.npy (each kept line's
+    first byte in its decompressed file: the text subword sampling reads), for the others SIDE.txt (the kept lines),
+    and stats.json (returned). Written into a temporary folder and renamed, so a chunk on disk is always whole."""
     final = chunk_folder(job.folder, job.split, job.index)
     if job.tokenizer not in _TOKENIZERS:
         _TOKENIZERS[job.tokenizer] = Tokenizer(job.tokenizer)
@@ -170,13 +176,17 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
     stats: dict[str, Any] = {"lines": n, "sentences": int(ok.sum()), "dropped": dropped, "nonblank": nonblank}
     folder = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=job.folder))
     try:
-        for side, ids, lengths, lines in (("src", src_ids, src_len, src_lines), ("tgt", tgt_ids, tgt_len, tgt_lines)):
+        sides = (("src", src_ids, src_len, src_lines, job.src), ("tgt", tgt_ids, tgt_len, tgt_lines, job.tgt))
+        for side, ids, lengths, lines, raw in sides:
             flat = flat_ids(ids, lengths, job.id_dtype)[np.repeat(ok, lengths)]
             stats[f"{side}_tokens"] = int(flat.size)
             stats[f"{side}_unk"] = int((flat == UNK_ID).sum())
             np.save(folder / f"{side}.ids.npy", flat, allow_pickle=False)
             np.save(folder / f"{side}.lengths.npy", lengths[ok].astype(np.int32), allow_pickle=False)
-            if job.kind != "train":
+            if job.kind == "train":
+                starts = line_starts(raw)[kept[ok]] + (job.src_pos if side == "src" else job.tgt_pos)
+                np.save(folder / f"{side}.starts.npy", starts, allow_pickle=False)
+            else:
                 text = "".join(lines[i] + "\n" for i in kept[ok])
                 (folder / f"{side}.txt").write_bytes(text.encode("utf-8"))
         np.save(folder / "lines.npy", (kept[ok] + job.first_line).astype(np.int64), allow_pickle=False)
@@ -186,6 +196,13 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return stats
+
+
+def line_starts(data: bytes) -> np.ndarray:
+    """The offset of each line's first byte in a block of whole lines (int64)."""
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
+    starts = np.concatenate(([0], ends)).astype(np.int64)
+    return starts if len(data) and data[-1:] != b"\n" else starts[:-1]
 
 
 def read_chunk_stats(folder: Path) -> dict[str, Any] | None:

@@ -16,8 +16,9 @@ import torch
 
 from ..config import Config, ConfigError, DataConfig, read_config, save_config
 from ..data import Batch, DataError, ParallelCorpus, Prepared, TokenArrays, collate, prepare
-from ..data.parallel import open_prepared
 from ..data.batching import make_batches
+from ..data.parallel import open_prepared
+from ..data.training_text import TEXT_COPY, TrainingText
 from ..decoding.translator import Translator
 from ..metrics import score
 from ..model import Transformer
@@ -56,6 +57,8 @@ class SequenceTask:
         if main and fresh:
             for folder in (self.run_dir / SUBWORDS).glob("epoch-*"):
                 remove_own_folder(folder, DRAW)
+            for folder in (self.run_dir / SUBWORDS).glob("text-*"):
+                remove_own_folder(folder, TEXT_COPY)
 
     def sampled_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
         raise NotImplementedError  # translation and parsing draw their own
@@ -212,28 +215,53 @@ class TranslationTask(SequenceTask):
         self.corpus: ParallelCorpus = data.splits["train"]
         self.has_validation = "valid" in data.splits
         self.description = f"{len(self.corpus):,} training pairs"
-        self._texts: tuple[list[str], list[str]] | None = None  # the training text, read for subword sampling
+        self._text: TrainingText | None = None  # the training text, read batch by batch for subword sampling
+        self._epoch = (config.train.seed, 0)
 
-    def sampled_corpus(self, *, seed: int, epoch: int) -> ParallelCorpus:
-        """The training pairs with both sides segmented at random (train.subword_sampling), drawn from (seed,
-        epoch): the same within one process only (see `epoch_corpus`, which keeps each draw). A pair whose sampled
-        segmentation exceeds data.max_len keeps its prepared ids."""
-        if self._texts is None:
-            self._texts = self.data.texts("train")
+    def redraws(self) -> bool:
+        """Never a whole-corpus draw: train.subword_sampling re-segments each batch as it is collated."""
+        return False
+
+    def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+        self._epoch = (seed, epoch)  # what the batches collated next are drawn from
+        return super().batches(max_tokens=max_tokens, seed=seed, epoch=epoch)
+
+    def collate(self, indices: np.ndarray) -> Batch:
+        if self.config.train.subword_sampling <= 0:
+            return super().collate(indices)
+        pairs = self.sampled_pairs(indices, *self._epoch)
+        options = {"pad_multiple": self.config.train.pad_multiple, "limit": self.config.model.max_len}
+        return self.collate_pairs(pairs, np.arange(len(indices)), **options)
+
+    def sampled_pairs(self, indices: np.ndarray, seed: int, epoch: int) -> ParallelCorpus:
+        """The pairs `indices` with both sides segmented at random (train.subword_sampling: BPE-dropout, or unigram
+        sampling), read from the training text and drawn for this batch alone, so an epoch of any size costs no
+        more memory or disk than its batches. A pair whose draw exceeds data.max_len keeps its prepared ids.
+
+        The batches themselves are formed on the prepared lengths (a pure function of seed and epoch), so a resumed
+        run takes up exactly the batches it was consuming, on every rank. The draw is seeded by (seed, epoch, batch);
+        SentencePiece repeats a seeded draw within one process only (its generator mixes in per-process state,
+        measured with sentencepiece 0.2.3), so across a resume the pieces are fresh draws from the same
+        distribution, as an uninterrupted run's would have been."""
+        if self._text is None:
+            self._text = TrainingText(self.data.root, self.data.summary, self._scratch())
+        texts = self._text.pairs(indices)
         alpha, tokenizer = self.config.train.subword_sampling, self.data.tokenizer
-        prepared = self.data.splits["train"]
-        draw = self.sampler_seed(seed, epoch)
+        draw = int(np.random.SeedSequence([seed, epoch, int(indices.min())]).generate_state(1)[0])
         sides = [
-            tokenizer.encode_sampled(texts, alpha=alpha, seed=(2 * draw + k) % 2**32)
-            for k, texts in enumerate(self._texts)
+            tokenizer.encode_sampled(side, alpha=alpha, seed=(2 * draw + k) % 2**32) for k, side in enumerate(texts)
         ]
-        limit = self.config.data.max_len
+        prepared, limit = self.data.splits["train"], self.config.data.max_len
         src, tgt = [], []
-        for i, (a, b) in enumerate(zip(*sides)):
+        for i, a, b in zip(indices, *sides):
             long = len(a) > limit or len(b) > limit
             src.append(prepared.src[i].tolist() if long else a)
             tgt.append(prepared.tgt[i].tolist() if long else b)
         return ParallelCorpus(TokenArrays.from_lists(src), TokenArrays.from_lists(tgt))
+
+    def _scratch(self) -> Path | None:
+        """Where a gzipped training file is decompressed for sampling: RUN/subwords (one copy per run)."""
+        return None if self.run_dir is None else self.run_dir / SUBWORDS
 
     @classmethod
     def prepare(
@@ -272,6 +300,10 @@ class TranslationTask(SequenceTask):
                 data.tokenizer.copy_to(run_dir / "tokenizer.model")
         task = cls(config, data)
         task.attach(run_dir, main=main, barrier=barrier, fresh=not frozen)
+        if config.train.subword_sampling > 0:  # the main rank checks the text (and decompresses it) first
+            if main:
+                task._text = TrainingText(data.root, data.summary, task._scratch())
+            barrier()
         return task
 
     @torch.no_grad()
@@ -305,7 +337,9 @@ def from_prepared(
     folder = Path(config.data.prepared).absolute()
     data = open_prepared(folder)
     known = {f.name for f in dataclasses.fields(DataConfig)}
-    options = {k: tuple(v) if k == "test" else v for k, v in data.summary["options"].items() if k in known}
+    options: dict[str, Any] = {
+        k: tuple(v) if k == "test" else v for k, v in data.summary["options"].items() if k in known
+    }
     data_config = DataConfig(**{**options, "prepared": str(folder), "workers": config.data.workers})
     recipe, mine = dataclasses.asdict(config.data), dataclasses.asdict(data_config)
     replaced = [k for k in options if recipe[k] != mine[k] and recipe[k] != getattr(DataConfig(), k)]
