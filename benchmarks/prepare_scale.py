@@ -8,8 +8,9 @@ distinct words, which makes the vocabulary step slower and the ids longer), with
 each in a fresh process with its memory sampled every 0.1 s (the whole process tree: the encoding workers count):
 
 - `transduce prepare` (joint BPE 16,000): wall time, pairs/s, peak RSS, the cache's size on disk;
-- `transduce train multi30k --set data.prepared=CACHE` (the Multi30k recipe's d_model 256 model) until its first
-  update is logged: wall time and peak RSS.
+- `transduce train RECIPE --set data.prepared=CACHE` (default: the Multi30k recipe's d_model 256 model; e.g.
+  wmt14-base) until its first update (or --updates N) is logged: wall time and peak RSS. --reuse measures training
+  alone on a cache an earlier call kept (--keep).
 
 Prints one JSON object. Needs TRANSDUCE_DATA (the Makefile sets it) and about 160 bytes of disk a pair.
 """
@@ -98,10 +99,10 @@ def monitored(cmd: list[str], *, until=None, log: Path) -> dict:
     return {"seconds": round(reached if reached is not None else seconds, 1), "peak_rss_gb": round(peak / 1e9, 2)}
 
 
-def first_update(run: Path):
+def updates_logged(run: Path, count: int):
     def reached() -> bool:
         path = run / "metrics.jsonl"
-        return path.is_file() and '"kind": "train"' in path.read_text()
+        return path.is_file() and path.read_text().count('"kind": "train"') >= count
 
     return reached
 
@@ -117,37 +118,45 @@ def main() -> None:
     parser.add_argument("--workers", type=int, help="prepare's --workers (default: one per core)")
     parser.add_argument("--vocab-size", type=int, default=16000)
     parser.add_argument("--no-train", action="store_true", help="measure prepare only")
+    parser.add_argument("--recipe", default="multi30k", help="the recipe trained on the cache (default: multi30k)")
+    parser.add_argument("--updates", type=int, default=1, help="stop training after this many updates (default 1)")
+    parser.add_argument("--reuse", action="store_true", help="SCRATCH/cache exists: measure training only")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = parser.parse_args()
     root = Path(os.environ.get("TRANSDUCE_DATA", ""))
     if not (root / "multi30k").is_dir():
         sys.exit("set TRANSDUCE_DATA (the Makefile does) so that multi30k/ and wmt14_en_de/ can be found")
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix="prepare_scale-"))
-    corpus, cache, run = scratch / "corpus", scratch / "cache", scratch / "run"
-    for folder in (cache, run):
+    corpus, cache, run = scratch / "corpus", scratch / "cache", scratch / f"run-{Path(args.recipe).stem}"
+    for folder in (run,) if args.reuse else (cache, run):
         if folder.exists():
             sys.exit(f"{folder}: exists; give a new --scratch")
-    started = time.perf_counter()
-    build_corpus(root, corpus, args.pairs)
-    result: dict = {"pairs": args.pairs, "corpus_gb": round(disk_size(corpus) / 1e9, 2)}
-    result["generate_s"] = round(time.perf_counter() - started, 1)
     transduce = [sys.executable, "-m", "transduce"]
-    cmd = [*transduce, "prepare", "--train", str(corpus / "train"), "--valid", str(corpus / "valid")]
-    cmd += ["--src", "en", "--tgt", "de", "--vocab-size", str(args.vocab_size), "--out", str(cache)]
-    cmd += ["--workers", str(args.workers)] if args.workers else []
-    prep = monitored(cmd, log=scratch / "prepare.log")
-    summary = json.loads((cache / "summary.json").read_text())
-    result["prepare"] = {
-        **prep,
-        "pairs_per_s": round(args.pairs / prep["seconds"]),
-        "cache_gb": round(disk_size(cache) / 1e9, 2),
-        "train_pairs_kept": summary["splits"]["train"]["sentences"],
-        "tokens_per_side": [summary["splits"]["train"]["src_tokens"], summary["splits"]["train"]["tgt_tokens"]],
-    }
+    result: dict = {"pairs": args.pairs}
+    if not args.reuse:
+        started = time.perf_counter()
+        build_corpus(root, corpus, args.pairs)
+        result.update(corpus_gb=round(disk_size(corpus) / 1e9, 2), generate_s=round(time.perf_counter() - started, 1))
+        cmd = [*transduce, "prepare", "--train", str(corpus / "train"), "--valid", str(corpus / "valid")]
+        cmd += ["--src", "en", "--tgt", "de", "--vocab-size", str(args.vocab_size), "--out", str(cache)]
+        cmd += ["--workers", str(args.workers)] if args.workers else []
+        prep = monitored(cmd, log=scratch / "prepare.log")
+        summary = json.loads((cache / "summary.json").read_text())
+        train = summary["splits"]["train"]
+        result["prepare"] = {
+            **prep,
+            "pairs_per_s": round(args.pairs / prep["seconds"]),
+            "cache_gb": round(disk_size(cache) / 1e9, 2),
+            "train_pairs_kept": train["sentences"],
+            "tokens_per_side": [train["src_tokens"], train["tgt_tokens"]],
+        }
     if not args.no_train:
-        cmd = [*transduce, "train", "multi30k", "--out", str(run), "--set", f"data.prepared={cache}"]
+        cmd = [*transduce, "train", args.recipe, "--out", str(run), "--set", f"data.prepared={cache}"]
         cmd += ["--set", "train.log_every=1", "--set", "train.device=cpu"]
-        result["train_to_first_update"] = monitored(cmd, until=first_update(run), log=scratch / "train.log")
+        reached = updates_logged(run, args.updates)
+        result[f"train_{args.recipe}_to_update_{args.updates}"] = monitored(
+            cmd, until=reached, log=run.with_suffix(".log")
+        )
     print(json.dumps(result, indent=2))
     if not args.keep and args.scratch is None:
         shutil.rmtree(scratch, ignore_errors=True)

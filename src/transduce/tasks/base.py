@@ -65,7 +65,9 @@ class Task(Protocol):
         """The epoch's batches as arrays of example indices: a pure function of (seed, epoch), for exact resume."""
         ...
 
-    def collate(self, indices: np.ndarray) -> Batch: ...
+    def collate(self, indices: np.ndarray) -> Batch | list[Batch]:
+        """The padded batch of examples `indices`, or several batches when the task cuts it (see translation)."""
+        ...
 
     def loss(self, net: nn.Module, batch: Any, autocast: Callable[[], AbstractContextManager]) -> tuple[Tensor, Tensor]:
         """(training loss, nll), both summed over the batch's n_tokens."""

@@ -157,7 +157,7 @@ class SequenceTask:
             self.corpus.src_lengths, self.corpus.tgt_lengths, max_tokens=max_tokens, seed=seed, epoch=epoch
         )
 
-    def collate(self, indices: np.ndarray) -> Batch:
+    def collate(self, indices: np.ndarray) -> Batch | list[Batch]:
         return self.collate_pairs(
             self.corpus, indices, pad_multiple=self.config.train.pad_multiple, limit=self.config.model.max_len
         )
@@ -226,12 +226,19 @@ class TranslationTask(SequenceTask):
         self._epoch = (seed, epoch)  # what the batches collated next are drawn from
         return super().batches(max_tokens=max_tokens, seed=seed, epoch=epoch)
 
-    def collate(self, indices: np.ndarray) -> Batch:
+    def collate(self, indices: np.ndarray) -> Batch | list[Batch]:
+        """A padded batch; under train.subword_sampling the batch's pairs drawn anew, sorted by their sampled lengths
+        and cut again into batches of at most train.max_tokens padded tokens per side (a draw lengthens pairs
+        unevenly: uncut, the batch would be padded to its longest draw, about twice the tokens on Multi30k)."""
         if self.config.train.subword_sampling <= 0:
             return super().collate(indices)
         pairs = self.sampled_pairs(indices, *self._epoch)
         options = {"pad_multiple": self.config.train.pad_multiple, "limit": self.config.model.max_len}
-        return self.collate_pairs(pairs, np.arange(len(indices)), **options)
+        tc = self.config.train
+        parts = make_batches(
+            pairs.src_lengths, pairs.tgt_lengths, max_tokens=tc.max_tokens, seed=0, epoch=0, shuffle=False
+        )
+        return [self.collate_pairs(pairs, part, **options) for part in parts]
 
     def sampled_pairs(self, indices: np.ndarray, seed: int, epoch: int) -> ParallelCorpus:
         """The pairs `indices` with both sides segmented at random (train.subword_sampling: BPE-dropout, or unigram

@@ -286,7 +286,10 @@ class Session:
 
     def update(self, group: list) -> bool:
         """One optimizer update from this rank's micro-batches; False when it was skipped (out of GPU memory)."""
-        micro = [self.task.collate(ix) if ix is not None else None for ix in group]
+        micro: list = []
+        for ix in group:  # a task may cut one batch into several (translation's subword sampling)
+            collated = self.task.collate(ix) if ix is not None else None
+            micro.extend(collated if isinstance(collated, list) else [collated])
         n_tokens = sum(b.n_tokens for b in micro if b is not None)
         n_all = all_ranks_sum(float(n_tokens), self.ranks, self.device)
         try:
@@ -537,6 +540,7 @@ def _accumulate(
         weight = world_size / max(n_tokens_all, 1.0)  # DDP averages over ranks: undo it, divide by all tokens
         if batch is None:  # this rank ran out of batches in the epoch's last update: a zero-weight step
             batch, weight = task.collate(np.array([0])), 0.0
+            batch = batch[0] if isinstance(batch, list) else batch
         batch = batch.to(device)
         last = i == len(micro) - 1
         sync = contextlib.nullcontext() if last or not hasattr(net, "no_sync") else net.no_sync()
