@@ -26,6 +26,8 @@ def make_batches(
     n = len(src_lengths)
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(n) if shuffle else np.arange(n)
+    if n < 2**31:  # indices as int32: 4 bytes a pair (the same values)
+        order = order.astype(np.int32)
     src, tgt = np.asarray(src_lengths)[order], np.asarray(tgt_lengths)[order]
     # Sort by target length, then by source length, rising within even target lengths and falling within odd ones;
     # stable, so among equal lengths the shuffled order survives (one integer key: the same order as np.lexsort's).

@@ -13,18 +13,21 @@ import os
 import shutil
 import signal
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from itertools import zip_longest
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ..config import DataConfig
+
+if TYPE_CHECKING:
+    import torch
 from ..outputs import claim_folder, exclusive, read_manifest, remove_leftovers, remove_own_folder
 from .cache import reuse_or_build
 from .stream import (
@@ -53,6 +56,7 @@ class TokenArrays:
 
     ids: np.ndarray
     offsets: np.ndarray
+    stored_lengths: np.ndarray | None = None  # SPLIT.SIDE.lengths.npy where the cache has it (no pass over offsets)
 
     @classmethod
     def from_lists(cls, seqs: list[list[int]]) -> TokenArrays:
@@ -71,6 +75,8 @@ class TokenArrays:
     @property
     def lengths(self) -> np.ndarray:
         """Each sequence's length (int32: 4 bytes a sequence, computed without an int64 copy)."""
+        if self.stored_lengths is not None:
+            return self.stored_lengths.astype(np.int32)
         lengths = np.empty(len(self), dtype=np.int32)
         np.subtract(self.offsets[1:], self.offsets[:-1], out=lengths, casting="unsafe")
         return lengths
@@ -81,8 +87,11 @@ class TokenArrays:
 
     @classmethod
     def load(cls, stem: Path) -> TokenArrays:
-        """Memory-mapped: the ids stay on disk (the page cache shares them between ranks and runs)."""
-        return cls(_map(f"{stem}.ids.npy"), _map(f"{stem}.offsets.npy"))
+        """Memory-mapped: the ids stay on disk (the page cache shares them between ranks and runs); the lengths, where
+        the cache has them (version 2), read whole (2 bytes a sequence)."""
+        lengths = Path(f"{stem}.lengths.npy")
+        stored = np.load(lengths, allow_pickle=False) if lengths.is_file() else None
+        return cls(_map(f"{stem}.ids.npy"), _map(f"{stem}.offsets.npy"), stored)
 
 
 def _map(path: str) -> np.ndarray:
@@ -154,6 +163,8 @@ def padded_width(longest: int, multiple: int, limit: int | None) -> int:
 
 def collate(corpus: ParallelCorpus, indices: np.ndarray, *, pad_multiple: int = 1, limit: int | None = None) -> Batch:
     """Padded tensors for the pairs `indices`; lengths padded up to a multiple of `pad_multiple` (<= `limit`)."""
+    import torch  # here, not at the top: `transduce prepare` and its worker processes never load torch
+
     n = len(indices)
     src_len = corpus.src_lengths[indices]
     tgt_len = corpus.tgt_lengths[indices]
@@ -404,9 +415,8 @@ def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, 
     chunks.mkdir(exist_ok=True)
     remove_leftovers(chunks, "")  # chunks a killed worker left half-written
     workers = config.workers or os.cpu_count() or 1
-    train_lines = count_lines(files["train"][0]) if workers > 1 else 0
     pool = None
-    if workers > 1 and train_lines > CHUNK_LINES:
+    if workers > 1 and files["train"][0].stat().st_size > CHUNK_LINES * 16:  # more than a chunk or so of text
         pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_ignore_interrupts)
     results: dict[str, list] = {}
     pending: deque = deque()
@@ -468,38 +478,52 @@ def _ignore_interrupts() -> None:  # worker processes: Ctrl-C is the main proces
 
 
 def _join_chunks(split: str, folders: list[Path], out: Path, id_dtype: str, *, text: bool) -> ParallelCorpus:
-    """One split's chunks joined into OUT/SPLIT.SIDE.{ids,offsets}.npy, OUT/SPLIT.lines.npy (each kept pair's line
-    number in the input files) and, for the training split, OUT/train.SIDE.starts.npy (where each kept line begins
-    in its decompressed input file), for the others OUT/SPLIT.SIDE.txt; read back memory-mapped."""
-    parts = ["lines"] if text else ["lines", "src.starts", "tgt.starts"]
-    for part in parts:
-        joined = np.concatenate([np.load(f / f"{part}.npy", allow_pickle=False) for f in folders])
-        np.save(out / f"{split}.{part}.npy", joined, allow_pickle=False)
-        del joined
+    """One split's chunks joined into OUT/SPLIT.SIDE.{ids,lengths,offsets}.npy, OUT/SPLIT.lines.npy (each kept
+    pair's line number in the input files) and, for the training split, OUT/train.SIDE.starts.npy (where each kept
+    line begins in its decompressed input file), for the others OUT/SPLIT.SIDE.txt. Each file is written chunk by
+    chunk (never a whole array in memory, never a memory map being filled); read back memory-mapped."""
+
+    def parts(name: str) -> Iterator[np.ndarray]:
+        return (np.load(f / f"{name}.npy", mmap_mode="r", allow_pickle=False) for f in folders)
+
+    for name in ["lines"] if text else ["lines", "src.starts", "tgt.starts"]:
+        _write_joined(out / f"{split}.{name}.npy", parts(name), np.int64)
     for side in ("src", "tgt"):
-        lengths = np.concatenate([np.load(f / f"{side}.lengths.npy", allow_pickle=False) for f in folders])
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        np.save(out / f"{split}.{side}.offsets.npy", offsets, allow_pickle=False)
-        del lengths
-        total = int(offsets[-1])
-        if total == 0:
-            np.save(out / f"{split}.{side}.ids.npy", np.zeros(0, dtype=id_dtype), allow_pickle=False)
-        else:
-            ids = np.lib.format.open_memmap(out / f"{split}.{side}.ids.npy", mode="w+", dtype=id_dtype, shape=(total,))
-            at = 0
-            for f in folders:
-                part = np.load(f / f"{side}.ids.npy", mmap_mode="r", allow_pickle=False)
-                ids[at : at + len(part)] = part
-                at += len(part)
-            ids.flush()
-            del ids
+        longest = max((int(np.max(a, initial=0)) for a in parts(f"{side}.lengths")), default=0)
+        _write_joined(out / f"{split}.{side}.lengths.npy", parts(f"{side}.lengths"), _length_dtype(longest))
+        _write_joined(out / f"{split}.{side}.offsets.npy", _running_offsets(parts(f"{side}.lengths")), np.int64)
+        _write_joined(out / f"{split}.{side}.ids.npy", parts(f"{side}.ids"), np.dtype(id_dtype))
         if text:
             with open(out / f"{split}.{side}.txt", "wb") as dst:
                 for f in folders:
                     with open(f / f"{side}.txt", "rb") as src:
                         shutil.copyfileobj(src, dst)
     return ParallelCorpus(TokenArrays.load(out / f"{split}.src"), TokenArrays.load(out / f"{split}.tgt"))
+
+
+def _length_dtype(longest: int) -> Any:
+    return np.uint16 if longest < 1 << 16 else np.int32
+
+
+def _running_offsets(lengths: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+    """0, then the cumulative sum of the lengths, one chunk at a time."""
+    carry = 0
+    yield np.zeros(1, dtype=np.int64)
+    for part in lengths:
+        offsets = np.cumsum(part, dtype=np.int64) + carry
+        carry = int(offsets[-1]) if len(offsets) else carry
+        yield offsets
+
+
+def _write_joined(path: Path, parts: Iterator[np.ndarray], dtype: Any) -> None:
+    """A .npy file of the parts one after another, streamed: its header first (the length counted beforehand)."""
+    pieces = [np.asarray(p) for p in parts]  # memory maps and small arrays: nothing is read yet
+    total = sum(len(p) for p in pieces)
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (total,)}
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        for p in pieces:
+            f.write(np.ascontiguousarray(p, dtype=dtype).tobytes())
 
 
 def open_prepared(folder: str | Path) -> Prepared:

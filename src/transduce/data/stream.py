@@ -95,14 +95,16 @@ def sample_lines(paths: list[Path], counts: list[int], size: int, *, seed: int, 
     for path, count in zip(paths, counts):
         mine = None if chosen is None else chosen[(chosen >= start) & (chosen < start + count)] - start
         first = 0
-        for _, block in line_blocks(path, CHUNK_LINES):
-            lines = split_lines(block, str(path), first, errors)
+        for count, block in line_blocks(path, CHUNK_LINES):
             if mine is None:
-                yield from (line for line in lines if line.strip())
-            else:
-                here = mine[(mine >= first) & (mine < first + len(lines))] - first
-                yield from (line for line in (lines[i] for i in here) if line.strip())
-            first += len(lines)
+                yield from (line for line in split_lines(block, str(path), first, errors) if line.strip())
+            else:  # only the chosen lines are decoded (the others are checked when the corpus is encoded)
+                raw = block.split(b"\n")
+                for i in mine[np.searchsorted(mine, first) : np.searchsorted(mine, first + count)] - first:
+                    [line] = split_lines(raw[i] + b"\n", str(path), first + int(i), errors)
+                    if line.strip():
+                        yield line
+            first += count
         start += count
 
 
