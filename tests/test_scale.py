@@ -226,13 +226,13 @@ def test_training_from_a_prepared_folder_shares_it_and_never_writes_it(tmp_path)
     run_cli("prepare", "--train", valid, "--valid", valid, "--src", "en", "--tgt", "xx", "--vocab-size", "70",
             "--out", str(data), check=False)  # fmt: skip
     refused = run_cli("train", "--out", str(tmp_path / "run1"), "--set", "train.max_steps=9", check=False)
-    assert refused.returncode == 1 and ("data.train" in refused.stderr or "prepared again" in refused.stderr)
+    assert refused.returncode == 1 and "data.train" in refused.stderr  # the folder's settings changed
 
     assert run_cli("train", str(recipe), "--out", str(tmp_path / "x"), "--set", f"data.prepared={tmp_path}",
                    check=False).stderr.count("not a data folder made by `transduce prepare`") == 1  # fmt: skip
 
 
-def test_resume_with_a_folder_prepared_again_from_changed_files_is_refused(tmp_path):
+def test_resume_follows_a_moved_folder_and_refuses_one_prepared_again_from_changed_files(tmp_path):
     train = write_corpus(tmp_path, "train", 200)
     data = tmp_path / "data"
     prep = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--vocab-size", "60", "--out", str(data)]
@@ -245,11 +245,18 @@ def test_resume_with_a_folder_prepared_again_from_changed_files_is_refused(tmp_p
     )
     run = tmp_path / "run"
     run_cli("train", str(recipe), "--out", str(run), "--set", f"data.prepared={data}")
+    moved = tmp_path / "moved"  # the folder may move: its cache key, not its path, is what a resume checks
+    data.rename(moved)
+    run_cli("train", "--out", str(run), "--set", "train.max_steps=6", "--set", f"data.prepared={moved}")
+    assert json.loads((run / "config.json").read_text())["data"]["prepared"] == str(moved)
+    moved.rename(data)
     lines = Path(train + ".en").read_text().splitlines()
     Path(train + ".en").write_text("\n".join(reversed(lines)) + "\n")  # same options, other contents
     run_cli(*prep)
-    refused = run_cli("train", "--out", str(run), "--set", "train.max_steps=8", check=False)
-    assert refused.returncode == 1 and "prepared again" in refused.stderr and "Traceback" not in refused.stderr
+    refused = run_cli("train", "--out", str(run), "--set", "train.max_steps=8", "--set", f"data.prepared={data}",
+                      check=False)  # fmt: skip
+    assert refused.returncode == 1 and "not the data this run started" in refused.stderr
+    assert "Traceback" not in refused.stderr
     assert os.path.isdir(run / "checkpoints")
 
 
@@ -288,3 +295,36 @@ def test_subword_sampling_reads_the_training_text_by_offsets_and_refuses_a_chang
         f.write("one more line\n")
     with pytest.raises(DataError, match=r"train\.en: changed \(its size differs\) since .* was prepared"):
         TrainingText(data.root, data.summary)
+
+
+def test_a_run_prepared_by_the_first_cache_version_still_resumes(tmp_path):
+    """A run started before the streaming prepare has a version-1 cache in RUN/data (int32 ids, a text copy of every
+    split, no lengths or offsets files, another cache key): resuming it reuses that cache as it is."""
+    from transduce.data.parallel import _cache_key, _split_prefixes
+    from transduce.data.text import find_side
+    from transduce.data.training_text import TrainingText
+
+    train = write_corpus(tmp_path, "train", 120)
+    cfg = DataConfig(train=train, src="en", tgt="xx", vocab_size=60, workers=1)
+    out = tmp_path / "run" / "data"
+    data = prepare(cfg, out, log=lambda _: None)
+    files = {split: (find_side(p, "en"), find_side(p, "xx")) for split, p in _split_prefixes(cfg).items()}
+    summary = json.loads((out / "summary.json").read_text())
+    summary["cache_key"] = _cache_key(cfg, files, summary["inputs"], version=1)
+    for name in ("src", "tgt"):  # what version 1 wrote
+        ids = np.load(out / f"train.{name}.ids.npy")
+        np.save(out / f"train.{name}.ids.npy", ids.astype(np.int32))
+        for suffix in ("lengths", "starts"):
+            (out / f"train.{name}.{suffix}.npy").unlink()
+        lines = Path(f"{train}.{'en' if name == 'src' else 'xx'}").read_text().splitlines()
+        (out / f"train.{name}.txt").write_text("".join(lines[i] + "\n" for i in np.load(out / "train.lines.npy")))
+    (out / "train.lines.npy").unlink()
+    (out / "summary.json").write_text(json.dumps(summary))
+    messages: list[str] = []
+    with pytest.raises(DataError, match="the data options changed"):  # reused for its own options only
+        prepare(DataConfig(**{**cfg.__dict__, "vocab_size": 50}), out, log=lambda _: None, frozen=True)
+    old = prepare(cfg, out, log=messages.append, frozen=True)
+    assert "reusing the cache" in messages[-1] and old.splits["train"].src.ids.dtype == np.int32
+    assert np.array_equal(old.splits["train"].src_lengths, data.splits["train"].src_lengths)
+    text = TrainingText(old.root, old.summary)
+    assert text.pairs(np.array([3]))[0] == [Path(f"{train}.en").read_text().splitlines()[3]]

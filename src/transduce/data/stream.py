@@ -25,7 +25,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from .text import DataError
+from .text import DataError, decode_lines
 from .tokenizer import UNK_ID, Tokenizer
 
 CHUNK_LINES = 50_000  # pairs per chunk: part of the cache format (a resumed prepare relies on the same boundaries)
@@ -71,19 +71,8 @@ def count_lines(path: Path) -> int:
 
 
 def split_lines(data: bytes, name: str, first_line: int, errors: str) -> list[str]:
-    """A block of whole lines -> its lines as read_lines gives them (no line ends, a trailing "\\r" removed). Invalid
-    UTF-8 under errors="strict" is refused naming the file and the line (counted from 1 over the whole file)."""
-    try:
-        text = data.decode("utf-8", errors=errors)
-    except UnicodeDecodeError as err:
-        line = first_line + data.count(b"\n", 0, err.start) + 1
-        raise DataError(
-            f"{name}:{line}: invalid UTF-8 (byte 0x{data[err.start]:02x}); fix the file or pass --errors replace"
-        ) from None
-    lines = text.split("\n")  # not splitlines(): U+2028 and friends inside a sentence must not split it
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
+    """A block of whole lines -> its lines as read_lines gives them; a bad line is named by its number in the file."""
+    return decode_lines(data, name, errors=errors, first_line=first_line)
 
 
 def sample_lines(paths: list[Path], counts: list[int], size: int, *, seed: int, errors: str) -> Iterator[str]:

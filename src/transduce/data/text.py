@@ -68,11 +68,13 @@ def read_lines(path: Path, *, errors: str = "strict", allow_empty: bool = False)
     return decode_lines(raw, name, errors=errors)
 
 
-def decode_lines(raw: bytes, name: str, *, errors: str = "strict") -> list[str]:
+def decode_lines(raw: bytes, name: str, *, errors: str = "strict", first_line: int = 0) -> list[str]:
+    """Bytes -> lines without their line ends (a trailing "\\r" removed). Invalid UTF-8 under errors="strict" is
+    refused naming the file and the line (`first_line`: how many lines of the file come before `raw`)."""
     try:
         text = raw.decode("utf-8", errors=errors)
     except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
+        line = first_line + raw.count(b"\n", 0, err.start) + 1
         raise DataError(
             f"{name}:{line}: invalid UTF-8 (byte 0x{raw[err.start]:02x}); fix the file or pass --errors replace"
         ) from None

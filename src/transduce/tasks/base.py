@@ -93,7 +93,9 @@ def task_class(name: str) -> type[Task]:
     return found
 
 
-FREE_TO_CHANGE = {("data", "workers")}  # settings that do not change the data: a resume may set them otherwise
+# settings a resume may set otherwise: they do not change the data (data.prepared: the folder may move; its cache key
+# is checked instead, translation.from_prepared)
+FREE_TO_CHANGE = {("data", "workers"), ("data", "prepared")}
 
 
 def same_run(saved: Any, new: Any, sections: tuple[str, ...] = ("model", "data")) -> None:

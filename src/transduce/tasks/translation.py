@@ -356,14 +356,17 @@ def from_prepared(
     record, key = run_dir / PREPARED_RECORD, data.summary.get("cache_key", "")
     if frozen:
         same_run(read_config(run_dir / "config.json", Config), config)
-        try:
-            started = json.loads(record.read_text(encoding="utf-8")).get("cache_key")
-        except (OSError, ValueError, AttributeError):
-            started = None
+        started = None  # the key of the data the run started on: its record, or its own RUN/data
+        for path in (record, run_dir / "data" / "summary.json"):
+            try:
+                started = json.loads(path.read_text(encoding="utf-8")).get("cache_key")
+                break
+            except (OSError, ValueError, AttributeError):
+                continue
         if started is not None and started != key:
             raise DataError(
-                f"{folder}: prepared again (cache key {key}, was {started}) since this run started training on it; "
-                "the model was trained on that data: restore it, or train into a new --out"
+                f"{folder}: not the data this run started training on (cache key {key}, was {started}; prepared "
+                "again?); the model was trained on that data: restore it, or train into a new --out"
             )
     if main and (not frozen or not record.is_file()):
         atomic_write_text(record, json.dumps({"folder": str(folder), "cache_key": key}, indent=2) + "\n")
