@@ -13,10 +13,10 @@ import os
 import shutil
 import signal
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from itertools import zip_longest
 from multiprocessing import get_context
 from pathlib import Path
@@ -483,15 +483,16 @@ def _join_chunks(split: str, folders: list[Path], out: Path, id_dtype: str, *, t
     line begins in its decompressed input file), for the others OUT/SPLIT.SIDE.txt. Each file is written chunk by
     chunk (never a whole array in memory, never a memory map being filled); read back memory-mapped."""
 
-    def parts(name: str) -> Iterator[np.ndarray]:
-        return (np.load(f / f"{name}.npy", mmap_mode="r", allow_pickle=False) for f in folders)
+    def parts(name: str) -> Callable[[], Iterator[np.ndarray]]:
+        return lambda: (np.load(f / f"{name}.npy", mmap_mode="r", allow_pickle=False) for f in folders)
 
     for name in ["lines"] if text else ["lines", "src.starts", "tgt.starts"]:
         _write_joined(out / f"{split}.{name}.npy", parts(name), np.int64)
     for side in ("src", "tgt"):
-        longest = max((int(np.max(a, initial=0)) for a in parts(f"{side}.lengths")), default=0)
-        _write_joined(out / f"{split}.{side}.lengths.npy", parts(f"{side}.lengths"), _length_dtype(longest))
-        _write_joined(out / f"{split}.{side}.offsets.npy", _running_offsets(parts(f"{side}.lengths")), np.int64)
+        lengths = parts(f"{side}.lengths")
+        longest = max((int(np.max(a, initial=0)) for a in lengths()), default=0)
+        _write_joined(out / f"{split}.{side}.lengths.npy", lengths, _length_dtype(longest))
+        _write_joined(out / f"{split}.{side}.offsets.npy", partial(_running_offsets, lengths), np.int64)
         _write_joined(out / f"{split}.{side}.ids.npy", parts(f"{side}.ids"), np.dtype(id_dtype))
         if text:
             with open(out / f"{split}.{side}.txt", "wb") as dst:
@@ -505,25 +506,27 @@ def _length_dtype(longest: int) -> Any:
     return np.uint16 if longest < 1 << 16 else np.int32
 
 
-def _running_offsets(lengths: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+def _running_offsets(lengths: Callable[[], Iterator[np.ndarray]]) -> Iterator[np.ndarray]:
     """0, then the cumulative sum of the lengths, one chunk at a time."""
     carry = 0
     yield np.zeros(1, dtype=np.int64)
-    for part in lengths:
+    for part in lengths():
         offsets = np.cumsum(part, dtype=np.int64) + carry
         carry = int(offsets[-1]) if len(offsets) else carry
         yield offsets
 
 
-def _write_joined(path: Path, parts: Iterator[np.ndarray], dtype: Any) -> None:
-    """A .npy file of the parts one after another, streamed: its header first (the length counted beforehand)."""
-    pieces = [np.asarray(p) for p in parts]  # memory maps and small arrays: nothing is read yet
-    total = sum(len(p) for p in pieces)
+def _write_joined(path: Path, parts: Callable[[], Iterator[np.ndarray]], dtype: Any) -> None:
+    """A .npy file of the parts one after another, streamed: its header first (the length counted by a first pass
+    over the parts' headers). One part is mapped at a time: a part read is unmapped before the next (the pages of
+    a memory map count as the process's memory while it is mapped)."""
+    total = sum(len(p) for p in parts())
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (total,)}
     with open(path, "wb") as f:
         np.lib.format.write_array_header_1_0(f, header)
-        for p in pieces:
+        for p in parts():
             f.write(np.ascontiguousarray(p, dtype=dtype).tobytes())
+            del p
 
 
 def open_prepared(folder: str | Path) -> Prepared:
