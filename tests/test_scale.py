@@ -328,3 +328,20 @@ def test_a_run_prepared_by_the_first_cache_version_still_resumes(tmp_path):
     assert np.array_equal(old.splits["train"].src_lengths, data.splits["train"].src_lengths)
     text = TrainingText(old.root, old.summary)
     assert text.pairs(np.array([3]))[0] == [Path(f"{train}.en").read_text().splitlines()[3]]
+
+
+def test_the_vocabulary_sample_is_the_chosen_lines_of_both_files(tmp_path, monkeypatch):
+    """sample_lines over several blocks: exactly `size` distinct lines of the two files (none blank here), from both
+    sides in proportion, the same for the same seed."""
+    from transduce.data import stream
+
+    monkeypatch.setattr(stream, "CHUNK_LINES", 7)
+    paths = [tmp_path / "a.en", tmp_path / "a.xx"]
+    paths[0].write_text("".join(f"source {i}\n" for i in range(230)))
+    paths[1].write_text("".join(f"target {i}\n" for i in range(230)))
+    sample = list(stream.sample_lines(paths, [230, 230], 200, seed=5, errors="strict"))
+    assert len(sample) == len(set(sample)) == 200
+    assert set(sample) <= {f"{side} {i}" for side in ("source", "target") for i in range(230)}
+    assert 70 < sum(line.startswith("target") for line in sample) < 130
+    assert sample == list(stream.sample_lines(paths, [230, 230], 200, seed=5, errors="strict"))
+    assert len(list(stream.sample_lines(paths, [230, 230], 460, seed=5, errors="strict"))) == 460  # all of them

@@ -84,16 +84,16 @@ def sample_lines(paths: list[Path], counts: list[int], size: int, *, seed: int, 
     for path, count in zip(paths, counts):
         mine = None if chosen is None else chosen[(chosen >= start) & (chosen < start + count)] - start
         first = 0
-        for count, block in line_blocks(path, CHUNK_LINES):
+        for in_block, block in line_blocks(path, CHUNK_LINES):
             if mine is None:
                 yield from (line for line in split_lines(block, str(path), first, errors) if line.strip())
             else:  # only the chosen lines are decoded (the others are checked when the corpus is encoded)
                 raw = block.split(b"\n")
-                for i in mine[np.searchsorted(mine, first) : np.searchsorted(mine, first + count)] - first:
+                for i in mine[np.searchsorted(mine, first) : np.searchsorted(mine, first + in_block)] - first:
                     [line] = split_lines(raw[i] + b"\n", str(path), first + int(i), errors)
                     if line.strip():
                         yield line
-            first += count
+            first += in_block
         start += count
 
 
