@@ -345,3 +345,40 @@ def test_the_vocabulary_sample_is_the_chosen_lines_of_both_files(tmp_path, monke
     assert 70 < sum(line.startswith("target") for line in sample) < 130
     assert sample == list(stream.sample_lines(paths, [230, 230], 200, seed=5, errors="strict"))
     assert len(list(stream.sample_lines(paths, [230, 230], 460, seed=5, errors="strict"))) == 460  # all of them
+
+
+def test_an_epoch_drawn_whole_by_the_earlier_version_is_finished_on_that_draw(tmp_path):
+    """A run resumed across the upgrade, mid-epoch, with train.subword_sampling: the earlier version kept the epoch's
+    whole draw in RUN/subwords/epoch-N and cut the epoch's batches from it; that epoch goes on with those batches
+    (else pairs would be skipped or repeated), and the next epochs draw per batch."""
+    from conftest import tiny_recipe
+
+    from transduce.config import load_config
+    from transduce.data import TokenArrays
+    from transduce.outputs import atomic_folder
+    from transduce.tasks.base import task_class
+    from transduce.tasks.translation import DRAW, SUBWORDS
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_corpus(corpus, "train", 200)
+    write_corpus(corpus, "valid", 10, seed=1)
+    config = load_config(tiny_recipe(tmp_path / "r.toml", corpus), ["train.subword_sampling=0.2"])
+    run = tmp_path / "run"
+    task = task_class("translation").prepare(config, run, main=True, log=lambda _: None, barrier=lambda: None)
+    prepared = task.data.splits["train"]
+    keep = np.random.default_rng(0).permutation(len(prepared))  # a stand-in draw: other sequences per pair
+    with atomic_folder(run / SUBWORDS / "epoch-000000", DRAW, rate=0.2, seed=3, epoch=0) as tmp:
+        for side in ("src", "tgt"):
+            arrays = getattr(prepared, side)
+            TokenArrays.from_lists([arrays[i].tolist() for i in keep]).save(tmp / side)
+    old = task.batches(max_tokens=300, seed=3, epoch=0)
+    drawn = task.corpus
+    assert len(drawn) == len(prepared) and np.array_equal(drawn.src[0], prepared.src[keep[0]])
+    cut = make_batches(drawn.src_lengths, drawn.tgt_lengths, max_tokens=300, seed=3, epoch=0)
+    assert len(old) == len(cut) and all(np.array_equal(a, b) for a, b in zip(old, cut))
+    batch = task.collate(old[0])
+    assert not isinstance(batch, list) and batch.src.shape[0] == len(old[0])  # the kept draw, as it was
+    task.batches(max_tokens=300, seed=3, epoch=1)  # the next epoch: per batch, and the old draw is pruned
+    assert isinstance(task.collate(old[0]), list) and task.corpus is prepared
+    assert not (run / SUBWORDS / "epoch-000000").exists()

@@ -15,6 +15,7 @@ import signal
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from functools import cached_property, partial
 from itertools import zip_longest
@@ -28,7 +29,7 @@ from ..config import DataConfig
 
 if TYPE_CHECKING:
     import torch
-from ..outputs import claim_folder, exclusive, read_manifest, remove_leftovers, remove_own_folder
+from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_leftovers, remove_own_folder
 from .cache import reuse_or_build
 from .stream import (
     CHUNK_LINES,
@@ -294,14 +295,23 @@ def prepare(
     """
     out_dir = Path(out_dir)
     prefixes = _split_prefixes(config)
-    files = {split: (find_side(p, config.src), find_side(p, config.tgt)) for split, p in prefixes.items()}
+    # absolute paths: the summary records where the training text is (read again by subword sampling)
+    files = {
+        split: (find_side(p, config.src).absolute(), find_side(p, config.tgt).absolute())
+        for split, p in prefixes.items()
+    }
+    stats = _input_stats(files)  # before the digests: a file changed while it is read shows at the end
     digests = _input_digests(files)
     key = _cache_key(config, files, digests)
     legacy = _cache_key(config, files, digests, version=1) if _at_defaults(config, NEW_IN_V2) else None
     work = out_dir.parent / f".partial-{out_dir.name}-{key}"
 
     def build(tmp: Path) -> dict:
-        return _prepare_resumable(config, files, tmp, key, max_tokens, work, log)
+        summary = _prepare_resumable(config, files, tmp, key, max_tokens, work, log)
+        if _input_stats(files) != stats:
+            changed = next(p for p, st in _input_stats(files).items() if st != stats[p])
+            raise DataError(f"{changed}: changed while it was being prepared; run the command again")
+        return {**summary, "input_stats": stats}
 
     summary = reuse_or_build(
         out_dir, key, digests, build, frozen=frozen, log=log, frozen_keys=(legacy,) if legacy else ()
@@ -310,6 +320,11 @@ def prepare(
         remove_own_folder(work, PARTIAL)
         log(format_summary(summary))
     return load_prepared(out_dir)
+
+
+def _input_stats(files: dict[str, tuple[Path, Path]]) -> dict[str, list[int]]:
+    """Size and modification time of each input (training_text.py checks them before reading the text again)."""
+    return {str(p): [p.stat().st_size, p.stat().st_mtime_ns] for pair in files.values() for p in pair}
 
 
 def _at_defaults(config: DataConfig, names: tuple[str, ...]) -> bool:
@@ -323,13 +338,24 @@ def _prepare_resumable(config: DataConfig, files: dict, out: Path, key: str, max
     for stale in work.parent.glob(f"{stem}*"):
         rest = stale.name[len(stem) :]
         if stale != work and len(rest) == len(key) and all(c in "0123456789abcdef" for c in rest):
-            remove_own_folder(stale, PARTIAL)  # an interrupted prepare of other inputs or options into this folder
+            try:  # an interrupted prepare of other inputs or options into this folder (not one at work now)
+                with exclusive(stale, "preparing data"):
+                    remove_own_folder(stale, PARTIAL)
+            except (OutputError, OSError):
+                pass
+    manifest = read_manifest(work)
+    if manifest is not None and manifest.get("chunk_lines") != CHUNK_LINES:  # made with other chunk boundaries
+        remove_own_folder(work, PARTIAL)
     resumed = work.is_dir()
-    claim_folder(work, PARTIAL, cache_key=key)
+    claim_folder(work, PARTIAL, cache_key=key, chunk_lines=CHUNK_LINES)
     try:
         with exclusive(work, "preparing data"):
             if resumed:
                 log(f"data: continuing the interrupted prepare kept in {work}")
+            # what a prepare killed while joining its chunks left beside the cache (not this one's folder)
+            for left in [*out.parent.glob(f".tmp-{stem[len('.partial-') :]}*"), *out.parent.glob(f".old-{stem[9:]}*")]:
+                if left != out:
+                    shutil.rmtree(left, ignore_errors=True)
             return _prepare_into(config, files, out, work, max_tokens, log)
     except DataError:
         remove_own_folder(work, PARTIAL)  # the inputs are at fault: once fixed, their key (and folder) differ
@@ -344,22 +370,31 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
 
     tokenizer_path = work / "tokenizer.model"
     if not tokenizer_path.is_file():
-        src_path, tgt_path = files["train"]
-        counts = [count_lines(src_path), count_lines(tgt_path)]
-        _check_line_counts(src_path, tgt_path, counts[0], counts[1])
-        if sum(counts) > config.vocab_sample:
-            log(f"data: the vocabulary is trained on {config.vocab_sample:,} of {sum(counts):,} training sentences")
-        Tokenizer.train(
-            sample_lines(
-                [src_path, tgt_path], counts, config.vocab_sample, seed=VOCAB_SAMPLE_SEED, errors=config.errors
-            ),
-            tokenizer_path,
-            vocab_size=config.vocab_size,
-            model_type=config.model_type,
-            lowercase=config.lowercase,
-            split_digits=config.split_digits,
-            max_sentences=config.vocab_sample,
-        )
+        counts = {}  # every split's files checked (not empty, as long as each other) before anything is made
+        for split, (src_path, tgt_path) in files.items():
+            counts[split] = [count_lines(src_path), count_lines(tgt_path)]
+            _check_line_counts(src_path, tgt_path, *counts[split])
+        total = sum(counts["train"])
+        if total > config.vocab_sample:
+            log(f"data: the vocabulary is trained on {config.vocab_sample:,} of {total:,} training sentences")
+        sample = _Counted(
+            sample_lines(list(files["train"]), counts["train"], config.vocab_sample, seed=VOCAB_SAMPLE_SEED,
+                         errors=config.errors)
+        )  # fmt: skip
+        try:
+            Tokenizer.train(
+                sample,
+                tokenizer_path,
+                vocab_size=config.vocab_size,
+                model_type=config.model_type,
+                lowercase=config.lowercase,
+                split_digits=config.split_digits,
+                max_sentences=config.vocab_sample,
+            )
+        except TokenizerError:
+            if not sample.count:
+                raise DataError(f"{files['train'][0]}: every training line is blank (on both sides)") from None
+            raise
     tokenizer = Tokenizer(tokenizer_path)
     id_dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "int32"
     chunk_stats = _encode_chunks(config, files, work, str(tokenizer_path), id_dtype, log)
@@ -373,8 +408,6 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
         "vocab_size": tokenizer.vocab_size,
         "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
         "options": {k: v for k, v in asdict(config).items() if k not in NOT_IN_KEY},
-        # size and modification time of each input: the training text is read from there (training_text.py)
-        "input_stats": {str(p): [p.stat().st_size, p.stat().st_mtime_ns] for pair in files.values() for p in pair},
         "splits": {},
     }
     for split, stats in chunk_stats.items():
@@ -405,6 +438,18 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
     return summary
 
 
+class _Counted:
+    """An iterator of lines that counts what it gave."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self.lines, self.count = lines, 0
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self.lines:
+            self.count += 1
+            yield line
+
+
 VOCAB_SAMPLE_SEED = 20170612  # the seeded sample of training sentences the vocabulary is learned from
 
 
@@ -430,7 +475,7 @@ def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, 
                 if a is None or b is None or a[0] != b[0]:
                     _check_line_counts(src_path, tgt_path, count_lines(src_path), count_lines(tgt_path))
                 stats = read_chunk_stats(chunk_folder(chunks, split, index))
-                if stats is not None:
+                if stats is not None and stats.get("first_line") == first:
                     results[split].append(stats)
                     reused += 1
                 else:
@@ -454,6 +499,8 @@ def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, 
         while pending:
             s, i, future = pending.popleft()
             results[s][i] = future.result()
+    except BrokenProcessPool as err:  # a worker was killed (out of memory, a signal): one line, the work kept
+        raise OSError(f"an encoding worker process died ({err}); try fewer --workers") from None
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

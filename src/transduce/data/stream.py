@@ -79,7 +79,7 @@ def sample_lines(paths: list[Path], counts: list[int], size: int, *, seed: int, 
     """The non-blank lines among a seeded random choice of `size` lines of the files (taken as one sequence, in file
     order); every line when the files hold no more than `size`. Streams: memory grows with `size`, not the files."""
     total = sum(counts)
-    chosen = None if total <= size else np.sort(np.random.default_rng(seed).choice(total, size=size, replace=False))
+    chosen = None if total <= size else choose(total, size, seed=seed)
     start = 0
     for path, count in zip(paths, counts):
         mine = None if chosen is None else chosen[(chosen >= start) & (chosen < start + count)] - start
@@ -95,6 +95,19 @@ def sample_lines(paths: list[Path], counts: list[int], size: int, *, seed: int, 
                         yield line
             first += in_block
         start += count
+
+
+def choose(total: int, size: int, *, seed: int, block: int = 1 << 20) -> np.ndarray:
+    """`size` distinct integers drawn uniformly from range(total), sorted, in memory that grows with `size` (not
+    `total`): block by block, how many fall in the block is drawn from the hypergeometric law, then which."""
+    rng = np.random.default_rng(seed)
+    parts, remaining = [], size
+    for start in range(0, total, block):
+        n = min(block, total - start)
+        k = int(rng.hypergeometric(n, total - start - n, remaining)) if remaining else 0
+        parts.append(np.sort(rng.choice(n, size=k, replace=False)) + start)
+        remaining -= k
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 # Encoding (in the worker processes) ---------------------------------------------------------------------------------
@@ -164,7 +177,13 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
             ratio = ~long & (np.maximum(src_len, tgt_len) > job.max_ratio * np.maximum(1, np.minimum(src_len, tgt_len)))
             ok &= ~ratio
             dropped["ratio"] = int(ratio.sum())
-    stats: dict[str, Any] = {"lines": n, "sentences": int(ok.sum()), "dropped": dropped, "nonblank": nonblank}
+    stats: dict[str, Any] = {
+        "first_line": job.first_line,
+        "lines": n,
+        "sentences": int(ok.sum()),
+        "dropped": dropped,
+        "nonblank": nonblank,
+    }
     folder = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=job.folder))
     try:
         sides = (("src", src_ids, src_len, src_lines, job.src), ("tgt", tgt_ids, tgt_len, tgt_lines, job.tgt))

@@ -217,20 +217,33 @@ class TranslationTask(SequenceTask):
         self.description = f"{len(self.corpus):,} training pairs"
         self._text: TrainingText | None = None  # the training text, read batch by batch for subword sampling
         self._epoch = (config.train.seed, 0)
-
-    def redraws(self) -> bool:
-        """Never a whole-corpus draw: train.subword_sampling re-segments each batch as it is collated."""
-        return False
+        self._whole_draw = False  # this epoch trains on a whole-epoch draw an earlier version kept (see batches)
 
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
         self._epoch = (seed, epoch)  # what the batches collated next are drawn from
-        return super().batches(max_tokens=max_tokens, seed=seed, epoch=epoch)
+        self.corpus, self._whole_draw = self.data.splits["train"], False
+        if self._kept_epoch_draw(seed, epoch):  # a run resumed across the upgrade: its epoch was cut from that draw
+            self.corpus, self._whole_draw = self.epoch_corpus(seed=seed, epoch=epoch), True
+        elif self.run_dir is not None and self.main and self.config.train.subword_sampling > 0:
+            self._prune_draws(epoch)  # the earlier version's draws, once no checkpoint can return to them
+        return make_batches(
+            self.corpus.src_lengths, self.corpus.tgt_lengths, max_tokens=max_tokens, seed=seed, epoch=epoch
+        )
+
+    def _kept_epoch_draw(self, seed: int, epoch: int) -> bool:
+        """Whether RUN/subwords/epoch-N holds this epoch's whole draw, made (before per-batch sampling) with these
+        settings: a run that version started keeps training on it for the rest of that epoch."""
+        if self.run_dir is None or self.config.train.subword_sampling <= 0:
+            return False
+        found = read_manifest(self.run_dir / SUBWORDS / f"epoch-{epoch:06d}")
+        wanted = {"kind": DRAW, **self.draw_options(), "seed": seed, "epoch": epoch}
+        return found is not None and {k: found.get(k) for k in wanted} == wanted
 
     def collate(self, indices: np.ndarray) -> Batch | list[Batch]:
         """A padded batch; under train.subword_sampling the batch's pairs drawn anew, sorted by their sampled lengths
         and cut again into batches of at most train.max_tokens padded tokens per side (a draw lengthens pairs
         unevenly: uncut, the batch would be padded to its longest draw, about twice the tokens on Multi30k)."""
-        if self.config.train.subword_sampling <= 0:
+        if self.config.train.subword_sampling <= 0 or self._whole_draw:
             return super().collate(indices)
         pairs = self.sampled_pairs(indices, *self._epoch)
         options = {"pad_multiple": self.config.train.pad_multiple, "limit": self.config.model.max_len}
