@@ -346,15 +346,22 @@ class Session:
         }
 
     def check_finite(self, saving: bool = False) -> None:
-        """NaN/inf in any loss since the last check stops training (one host sync for the whole window)."""
+        """NaN/inf in any loss since the last check stops training (one host sync for the whole window); before
+        anything is saved (a checkpoint, the best weights), the weights themselves are checked too: an update can
+        make them NaN with a finite loss (a learning rate of 1e30), and NaN weights are never saved."""
         bad = _first_bad(self.recent_losses)
+        what = "stopped without saving" if saving else "stopped"
         if bad is not None:
-            what = "stopped without saving" if saving else "stopped"
             raise TrainingError(
                 f"loss became {bad[1]} at step {bad[0]}; {what}. The last good checkpoint is "
                 f"{_last_checkpoint(self.run_dir)}"
             )
         self.recent_losses.clear()
+        if saving and not bool(torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all()):
+            raise TrainingError(
+                f"the weights hold NaN or infinite values at step {self.state.step}; {what}. The last good "
+                f"checkpoint is {_last_checkpoint(self.run_dir)}"
+            )
 
     def log_window(self, bar: tqdm) -> None:
         self.check_finite()
@@ -393,6 +400,7 @@ class Session:
         """Validate (rank 0), keep the best weights, count validations without improvement; stop on patience."""
         state, tc = self.state, self.tc
         stop = False
+        self.check_finite(saving=True)  # NaN weights are never validated into best.safetensors
         if self.ranks.main:
             key, higher_is_better = self.task.metrics[tc.early_stop_metric]
             result = self.task.validate(self.model, self.device)
@@ -401,7 +409,9 @@ class Session:
                 raise ConfigError(
                     f"train.early_stop_metric is {tc.early_stop_metric!r} but validation does not compute it"
                 )
-            better = state.best is None or (value > state.best if higher_is_better else value < state.best)
+            better = math.isfinite(value) and (
+                state.best is None or (value > state.best if higher_is_better else value < state.best)
+            )
             if better:
                 state.best, state.bad_validations = value, 0
                 save_weights(self.model, self.run_dir / "best.safetensors", metadata={"step": state.step, key: value})
