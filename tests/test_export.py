@@ -253,9 +253,13 @@ def test_a_folder_that_is_not_an_export_is_never_overwritten(exports, tmp_path):
 def test_an_empty_folder_or_an_earlier_export_is_replaced(exports, tmp_path):
     (tmp_path / "export").mkdir()
     out = export_ctranslate2(exports["run"], tmp_path / "export")
+    (out / "NOTES.txt").write_text("mine\n")  # what a user puts into an earlier export stays there
+    (out / "eval").mkdir()
+    (out / "eval" / "bleu.txt").write_text("41.2\n")
     export_ctranslate2(exports["run"], out, quantization="int16")
     assert json.loads((out / "transduce-manifest.json").read_text())["quantization"] == "int16"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+    assert (out / "NOTES.txt").read_text() == "mine\n" and (out / "eval" / "bleu.txt").read_text() == "41.2\n"
     assert read_config(exports["run"] / "config.json").model.vocab_size == len(
         json.loads((out / "shared_vocabulary.json").read_text())
     )

@@ -101,7 +101,8 @@ def atomic_folder(final: str | Path, kind: str, **extra) -> Iterator[Path]:
     try:
         apply_umask(tmp, directory=True)
         yield tmp
-        write_manifest(tmp, kind, **extra)
+        # the manifest lists what we wrote: anything else found in the folder later is the user's, and is kept
+        write_manifest(tmp, kind, **extra, files=sorted(p.name for p in tmp.iterdir()))
         for path in tmp.rglob("*"):  # some writers (safetensors) create files 0600 whatever the umask
             apply_umask(path, directory=path.is_dir())
         _replace_folder(tmp, final, kind)
@@ -116,10 +117,29 @@ def _replace_folder(new: Path, final: Path, kind: str) -> None:
             final.rmdir()
         os.replace(new, final)
         return
+    theirs = users_entries(final, new)
+    for name in theirs:
+        if (new / name).exists():
+            raise OutputError(
+                f"{final / name}: not made by transduce, and the new output has an entry of that name; move it "
+                "elsewhere and run again (nothing was changed)"
+            )
     aside = Path(tempfile.mkdtemp(prefix=f".old-{final.name}-", dir=final.parent))
     os.replace(final, aside / final.name)  # our old output, moved aside (same filesystem: a rename)
     os.replace(new, final)
+    for name in theirs:  # what the user put in our folder goes on living there
+        os.replace(aside / final.name / name, final / name)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def users_entries(folder: Path, new: Path) -> list[str]:
+    """The entries of our output `folder` that we did not write (its manifest lists ours); for a folder made before
+    manifests listed their files, every entry the new output `new` does not replace (never delete what may be
+    the user's)."""
+    manifest = read_manifest(folder) or {}
+    listed = manifest.get("files")
+    ours = set(listed) if isinstance(listed, list) else {p.name for p in new.iterdir()}
+    return sorted(p.name for p in folder.iterdir() if p.name not in ours and p.name not in (MANIFEST, LOCK))
 
 
 def remove_leftovers(parent: Path, stem: str) -> None:

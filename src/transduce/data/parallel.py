@@ -211,7 +211,8 @@ class Prepared:
         """The raw (kept) sentences of a split: for validation and test splits (BLEU against real references) the
         folder's copies; for the training split (subword sampling) the kept lines of the input files, which must
         be unchanged since `prepare` read them."""
-        if (self.root / f"{split}.src.txt").is_file():  # validation and test splits (and caches of version 1)
+        version_1_train = split == "train" and not (self.root / "train.lines.npy").is_file()
+        if split != "train" or version_1_train:  # the folder's copies (a cache of version 1 copied train too)
             return read_lines(self.root / f"{split}.src.txt"), read_lines(self.root / f"{split}.tgt.txt")
         info = self.summary["splits"][split]
         lines = np.load(self.root / f"{split}.lines.npy", allow_pickle=False)
@@ -353,7 +354,8 @@ def _prepare_resumable(config: DataConfig, files: dict, out: Path, key: str, max
             if resumed:
                 log(f"data: continuing the interrupted prepare kept in {work}")
             # what a prepare killed while joining its chunks left beside the cache (not this one's folder)
-            for left in [*out.parent.glob(f".tmp-{stem[len('.partial-') :]}*"), *out.parent.glob(f".old-{stem[9:]}*")]:
+            name = stem[len(".partial-") :]  # "NAME-"
+            for left in [*out.parent.glob(f".tmp-{name}*"), *out.parent.glob(f".old-{name}*")]:
                 if left != out:
                     shutil.rmtree(left, ignore_errors=True)
             return _prepare_into(config, files, out, work, max_tokens, log)
