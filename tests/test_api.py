@@ -51,3 +51,38 @@ def test_the_package_names_its_api_and_refuses_unknown_names():
     assert {"Translator", "Classifier", "Parser", "train", "load_config"} <= set(transduce.__all__)
     with pytest.raises(AttributeError, match="no attribute 'Translater'"):
         transduce.Translater  # noqa: B018
+
+
+def test_one_string_is_one_input_for_every_predictor(trained_run):
+    """A bare string is one sentence (one result back), never a list of characters; lists work as before."""
+    from conftest import untrained_classifier
+
+    run, corpus = trained_run
+    sentence = (corpus / "test.en").read_text().splitlines()[0]
+    translator = Translator.from_run(run, device="cpu")
+    one = translator.translate(sentence, beam=2)
+    assert isinstance(one, str) and one == translator.translate([sentence], beam=2)[0]
+    nbest = translator.translate_nbest(sentence, beam=2, nbest=2)
+    assert len(nbest) == 2 and nbest[0].text == one
+    classifier = untrained_classifier(run / "tokenizer.model", ["neg", "pos"])
+    label = classifier.predict(sentence)
+    assert label in ("neg", "pos") and [label] == classifier.predict([sentence])
+    assert tuple(classifier.predict_proba(sentence).shape) == (2,)
+
+
+def test_one_string_is_one_sentence_for_the_parser(tmp_path):
+    from test_parsing import tiny_config, write_treebank
+
+    from transduce import Parser
+    from transduce.tasks.parsing import ParsingTask
+    from transduce.training.checkpoint import save_weights
+
+    train_trees, dev = write_treebank(tmp_path / "t.trees", 60, seed=0), write_treebank(tmp_path / "d.trees", 5, seed=1)
+    run = tmp_path / "run"
+    task = ParsingTask.prepare(tiny_config(train_trees, dev), run, main=True, log=lambda _: None, barrier=lambda: None)
+    save_weights(task.build_model(), run / "best.safetensors", metadata={"step": 0})
+    parser = Parser.from_run(run, device="cpu")
+    tree = parser.parse("the dog barks .", beam=1)
+    assert isinstance(tree, str) and tree.startswith("(") and tree == parser.parse(["the dog barks ."], beam=1)[0]
+    with pytest.raises(TypeError, match=r"parse_trees\(\[sentence\]\)"):
+        parser.parse_trees("the dog barks .")

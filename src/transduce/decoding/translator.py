@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, overload
 
 import torch
 from tqdm import tqdm
@@ -156,7 +157,20 @@ class Translator:
             src[row, : len(ids)] = torch.tensor(ids)
         return src.to(self.device)
 
-    def translate_nbest(
+    @overload
+    def translate_nbest(self, sentences: str, **kwargs: Any) -> list[Translation]: ...
+
+    @overload
+    def translate_nbest(self, sentences: Sequence[str], **kwargs: Any) -> list[list[Translation]]: ...
+
+    def translate_nbest(self, sentences, **kwargs):
+        """Per sentence, its `nbest` best translations, best first (see `_translate_nbest`). One string is one
+        sentence: its list of translations comes back (a list of strings gets a list per sentence)."""
+        if isinstance(sentences, str):
+            return self._translate_nbest([sentences], **kwargs)[0]
+        return self._translate_nbest(list(sentences), **kwargs)
+
+    def _translate_nbest(
         self,
         sentences: list[str],
         *,
@@ -208,9 +222,18 @@ class Translator:
             self.model.train(was_training)
         return results
 
-    def translate(self, sentences: list[str], **kwargs) -> list[str]:
-        """Translate raw sentences; returns raw translations in input order (empty input -> empty output)."""
-        return [hyps[0].text if hyps else "" for hyps in self.translate_nbest(sentences, **kwargs)]
+    @overload
+    def translate(self, sentences: str, **kwargs: Any) -> str: ...
+
+    @overload
+    def translate(self, sentences: Sequence[str], **kwargs: Any) -> list[str]: ...
+
+    def translate(self, sentences, **kwargs):
+        """Translate raw sentences; returns raw translations in input order (empty input -> empty output). One
+        string is one sentence: its translation comes back as a string."""
+        if isinstance(sentences, str):
+            return self.translate([sentences], **kwargs)[0]
+        return [hyps[0].text if hyps else "" for hyps in self._translate_nbest(list(sentences), **kwargs)]
 
     @torch.no_grad()
     def attention(self, source: str, target: str | None = None) -> AttentionMaps:

@@ -13,10 +13,10 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import numpy as np
 import torch
@@ -461,7 +461,11 @@ class Classifier:
         labels = labels if isinstance(labels, list) else labels["labels"]
         return cls(model.to(pick_device(device)).eval(), Tokenizer(run_dir / "tokenizer.model"), labels, config)
 
-    def predict_proba(self, texts: list[str]) -> Tensor:
+    def predict_proba(self, texts: Sequence[str]) -> Tensor:
+        """(len(texts), classes) probabilities; one string is one text (a (classes,) row comes back)."""
+        if isinstance(texts, str):
+            return self.predict_proba([texts])[0]
+        texts = list(texts)
         d = self.config.data
         if d.strip_html:
             texts = [_TAG.sub(" ", t) for t in texts]
@@ -472,7 +476,16 @@ class Classifier:
         logits, _ = predict_split(self.model, split, device, max_tokens=self.config.train.max_tokens, pad_to=pad_to)
         return logits.softmax(-1)
 
-    def predict(self, texts: list[str]) -> list[str]:
+    @overload
+    def predict(self, texts: str) -> str: ...  # type: ignore[overload-overlap]  # (a str is also a Sequence[str])
+
+    @overload
+    def predict(self, texts: Sequence[str]) -> list[str]: ...
+
+    def predict(self, texts):
+        """The most probable label of each text; one string is one text (its label comes back as a string)."""
+        if isinstance(texts, str):
+            return self.predict([texts])[0]
         return [self.labels[i] for i in self.predict_proba(texts).argmax(-1).tolist()]
 
 

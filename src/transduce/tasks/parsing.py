@@ -41,7 +41,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import numpy as np
 import torch
@@ -978,10 +978,17 @@ class Parser:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def parse(
-        self, sentences: Sequence[str], *, beam: int | None = None, alpha: float | None = None, progress: bool = False
-    ) -> list[str]:
-        """Whitespace-tokenized sentences -> one-line PTB trees ("" for an empty sentence), in input order."""
+    @overload
+    def parse(self, sentences: str, **kwargs: Any) -> str: ...
+
+    @overload
+    def parse(self, sentences: Sequence[str], **kwargs: Any) -> list[str]: ...
+
+    def parse(self, sentences, *, beam=None, alpha=None, progress=False):
+        """Whitespace-tokenized sentences -> one-line PTB trees ("" for an empty sentence), in input order. One
+        string is one sentence: its tree comes back as a string."""
+        if isinstance(sentences, str):
+            return self.parse([sentences], beam=beam, alpha=alpha, progress=progress)[0]
         return [
             "" if t is None else to_string(t)
             for t in self.parse_trees(sentences, beam=beam, alpha=alpha, progress=progress)
@@ -991,6 +998,8 @@ class Parser:
         self, sentences: Sequence[str], *, beam: int | None = None, alpha: float | None = None, progress: bool = False
     ) -> list[Tree | None]:
         """Like `parse`, as `Tree`s (None for an empty sentence). Raw words are escaped (-LRB-/-RRB-) on the way in."""
+        if isinstance(sentences, str):
+            raise TypeError("parse_trees takes a list of sentences: parse_trees([sentence])")
         return self.parse_words(
             [[escape_word(w) for w in s.split()] for s in sentences], beam=beam, alpha=alpha, progress=progress
         )
