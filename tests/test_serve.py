@@ -604,3 +604,20 @@ def test_the_load_benchmark_runs_both_modes(trained_run, tmp_path):
         assert result["failed"] == 0  # every request answered 200
         assert result["server_batching"]["enabled"] is result["batching"]  # each mode is what the server ran
         assert result["seconds"] > 0 and result["latency_ms"]["p50"] > 0
+
+
+def test_a_lone_surrogate_is_422_naming_the_text_on_every_route(client, classifier, parser):
+    """JSON can carry "\\ud800" (not a Unicode character); every route answers 422 naming the text, never 500."""
+    body = '{"text": ["fine", "\\ud800 broken"]}'
+    headers = {"content-type": "application/json"}
+    for route in ("/v1/translate", "/v1/attention"):
+        one = body.replace('["fine", ', "").replace('"]', '"')  # attention takes one text
+        sent = one if route == "/v1/attention" else body
+        error = error_of(client.post(route, content=sent, headers=headers), 422)
+        assert error["code"] == "invalid_text" and "U+D800" in error["message"]
+    with TestClient(create_app(classifier, limits=LIMITS)) as test_client:
+        error = error_of(test_client.post("/v1/classify", content=body, headers=headers), 422)
+        assert error["code"] == "invalid_text" and error["index"] == 1
+    with TestClient(create_app(parser, limits=LIMITS)) as test_client:
+        error = error_of(test_client.post("/v1/parse", content=body, headers=headers), 422)
+        assert error["code"] == "invalid_text" and "text 1" in error["message"]

@@ -170,7 +170,8 @@ class Service:
             ) from None
 
     def check_texts(self, texts: list[str]) -> None:
-        """Sentence-count and length limits (422), checked before anything reaches the model."""
+        """Sentence-count and length limits, and text that is not Unicode (a lone surrogate, which JSON's \\uD800
+        escapes can carry): 422, checked before anything reaches the model."""
         if len(texts) > self.limits.max_sentences:
             raise ApiError(
                 422,
@@ -180,6 +181,16 @@ class Service:
                 max=self.limits.max_sentences,
             )
         for i, text in enumerate(texts):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise ApiError(
+                    422,
+                    "invalid_text",
+                    f"text {i} holds a lone surrogate (U+{ord(text[err.start]):04X} at character {err.start}), "
+                    "which is not a Unicode character",
+                    index=i,
+                ) from None
             if len(text) > self.limits.max_chars:
                 raise ApiError(
                     422,
