@@ -382,3 +382,66 @@ def test_an_epoch_drawn_whole_by_the_earlier_version_is_finished_on_that_draw(tm
     task.batches(max_tokens=300, seed=3, epoch=1)  # the next epoch: per batch, and the old draw is pruned
     assert isinstance(task.collate(old[0]), list) and task.corpus is prepared
     assert not (run / SUBWORDS / "epoch-000000").exists()
+
+
+def test_ddp_ranks_read_one_prepared_folder_and_equal_one_process(tmp_path):
+    """Two torchrun ranks (gloo) on one data.prepared folder, memory-mapped by both: disjoint batches, the same
+    update as one process with accumulation 2; the folder is not written."""
+    import subprocess
+    import sys
+
+    import torch
+    from conftest import tiny_recipe
+    from safetensors.torch import load_file
+
+    from transduce.training.checkpoint import checkpoint_dirs
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_corpus(corpus, "train", 400)
+    write_corpus(corpus, "valid", 20, seed=1)
+    data = tmp_path / "data"
+    run_cli("prepare", "--train", str(corpus / "train"), "--valid", str(corpus / "valid"), "--src", "en", "--tgt",
+            "xx", "--vocab-size", "60", "--out", str(data))  # fmt: skip
+    before = folder_bytes(data)
+    recipe = tiny_recipe(tmp_path / "r.toml", corpus, steps=4, save_every=4, dropout=0.0)
+    shared = ["--set", f"data.prepared={data}"]
+    run_cli("train", str(recipe), "--out", str(tmp_path / "single"), *shared, "--set", "train.accumulate=2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29519"]
+        + ["-m", "transduce", "train", str(recipe), "--out", str(tmp_path / "ddp"), *shared],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = (load_file(str(checkpoint_dirs(tmp_path / r)[-1] / "model.safetensors")) for r in ("single", "ddp"))
+    assert all(torch.allclose(a[name], b[name], atol=1e-5) for name in a)
+    assert folder_bytes(data) == before and not (tmp_path / "ddp" / "data").exists()
+
+
+def test_preparing_again_keeps_what_the_user_put_in_the_folder(tmp_path, capsys):
+    train = write_corpus(tmp_path, "train", 100)
+    out = tmp_path / "out"
+    args = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--workers", "1", "--out", str(out)]
+    assert main([*args, "--vocab-size", "60"]) == 0
+    (out / "MY_NOTES.txt").write_text("keep me\n")
+    assert main([*args, "--vocab-size", "50"]) == 0  # other options: the cache is made again
+    assert json.loads((out / "summary.json").read_text())["vocab_size"] == 50
+    assert (out / "MY_NOTES.txt").read_text() == "keep me\n"
+    (out / "summary.txt").write_text("mine too\n")
+    assert main([*args, "--vocab-size", "55"]) == 0
+    assert (out / "summary.txt").read_text() == "mine too\n" and (out / "MY_NOTES.txt").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "train.en", "train.xx"]
+
+
+def test_a_prepare_killed_while_joining_leaves_nothing_after_the_next(tmp_path):
+    """A kill while the chunks are joined leaves the temporary cache (.tmp-NAME-*) beside the output: the next
+    prepare into that folder removes it (under the work folder's lock, never its own)."""
+    train = write_corpus(tmp_path, "train", 80)
+    left = tmp_path / ".tmp-out-k1ll3d"
+    left.mkdir()
+    (left / "train.src.ids.npy").write_bytes(b"half")
+    prepare(DataConfig(train=train, src="en", tgt="xx", vocab_size=60, workers=1), tmp_path / "out", log=lambda _: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "train.en", "train.xx"]
