@@ -621,3 +621,26 @@ def test_a_lone_surrogate_is_422_naming_the_text_on_every_route(client, classifi
     with TestClient(create_app(parser, limits=LIMITS)) as test_client:
         error = error_of(test_client.post("/v1/parse", content=body, headers=headers), 422)
         assert error["code"] == "invalid_text" and "text 1" in error["message"]
+
+
+@pytest.mark.parametrize("case", ["out of range", "in use", "bad host"])
+def test_serve_refuses_a_bad_or_taken_address_in_one_line(tmp_path, capsys, case):
+    """`serve --port 99999`, a port another server holds, an unknown host: one line, exit 1, before the model is
+    even loaded (the run given does not exist)."""
+    import socket
+
+    from transduce.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        args = {
+            "out of range": ["--port", "99999"],
+            "in use": ["--port", str(port)],
+            "bad host": ["--host", "no-such-host.invalid", "--port", str(port)],
+        }[case]
+        assert main(["serve", str(tmp_path / "no-run"), *args]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert {"out of range": "between 1 and 65535", "in use": "already in use", "bad host": "--host"}[case] in err

@@ -13,6 +13,7 @@ new kind of model is one more entry and one route function (the parser was added
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from contextlib import asynccontextmanager
@@ -690,6 +691,29 @@ def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "aut
     return predictor, metadata
 
 
+def check_address(host: str, port: int) -> None:
+    """Refuse (ConfigError, one line) a port outside 1-65535, a host that cannot be bound, or an address already in
+    use, by binding it once, as uvicorn will (address reuse on, so a port in TIME_WAIT is not refused)."""
+    import socket
+
+    from ..config import ConfigError
+
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"--port must be between 1 and 65535, got {port}")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise ConfigError(f"--host {host}: not an address this machine can bind ({err.strerror})") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            why = "already in use (another server?)" if err.errno == errno.EADDRINUSE else err.strerror
+            raise ConfigError(f"{host}:{port}: cannot serve there: {why}; choose another --port or --host") from None
+
+
 def run_server(
     app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, graceful_timeout_s: int = 30, log_level: str = "info"
 ) -> None:
@@ -717,6 +741,7 @@ def serve(
     log_level: str = "info",
 ) -> None:
     """Serve a run directory over HTTP (loopback only unless `host` says otherwise) until SIGTERM or Ctrl-C."""
+    check_address(host, port)  # before the model is loaded: a taken port is one line, at once
     predictor, metadata = load_predictor(run, engine=engine, device=device)
     app = create_app(
         predictor,
