@@ -551,3 +551,34 @@ def test_nan_weights_are_never_saved_as_the_best(tmp_path, toy_corpus):
     with pytest.raises(TrainingError, match=r"weights hold NaN or infinite values at step 1; stopped without saving"):
         train(config, tmp_path / "run", quiet=True)
     assert not (tmp_path / "run" / "best.safetensors").exists() and not checkpoint_dirs(tmp_path / "run")
+
+
+def test_a_full_disk_while_saving_a_checkpoint_is_one_line_and_keeps_the_last_one(
+    tmp_path, toy_corpus, monkeypatch, capsys
+):
+    """safetensors reports a full disk as its own SafetensorError: it reaches the user as the one-line disk error,
+    and the checkpoint saved before stays whole."""
+    from safetensors import SafetensorError
+
+    from transduce.cli import main
+    from transduce.training import checkpoint
+
+    real, calls = checkpoint.save_file, {"n": 0}
+
+    def full_on_the_second(tensors, filename, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise SafetensorError(
+                'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left" })'
+            )
+        return real(tensors, filename, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "save_file", full_on_the_second)
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=10, save_every=5)
+    capsys.readouterr()
+    assert main(["train", str(recipe), "--out", str(tmp_path / "run")]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(err) == 1 and "step-00000010/optimizer.safetensors: No space left on device (the disk is full)" in err[0]
+    [kept] = checkpoint_dirs(tmp_path / "run")
+    assert kept.name == "step-00000005" and (kept / "optimizer.safetensors").is_file()
+    assert not list((tmp_path / "run" / "checkpoints").glob(".tmp-*"))

@@ -16,10 +16,14 @@ so a kill at any moment leaves the previous checkpoint loadable. Nothing here un
 from __future__ import annotations
 
 import json
+import os
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file, save_model
 
 from ..outputs import OutputError, atomic_folder, atomic_write, atomic_write_text, remove_leftovers, remove_own_folder
@@ -43,12 +47,25 @@ class CheckpointError(ValueError):
     pass
 
 
+def _written(save: Callable[..., None], *args: Any, path: str | Path, **kwargs: Any) -> None:
+    """safetensors' save, with its I/O failures (a full disk) as the OSError they are: safetensors raises its own
+    SafetensorError("... IoError(Os { code: 28, ... })"), which would otherwise reach the user as a traceback."""
+    try:
+        save(*args, **kwargs)
+    except SafetensorError as err:
+        found = re.search(r"code: (\d+)", str(err))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None
+
+
 def save_weights(model: torch.nn.Module, path: str | Path, metadata: dict | None = None) -> None:
     """Model weights as safetensors; tied tensors are stored once (safetensors' save_model)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"transduce": "weights", **{k: str(v) for k, v in (metadata or {}).items()}}
-    atomic_write(path, lambda tmp: save_model(model, tmp, metadata=meta))
+    atomic_write(path, lambda tmp: _written(save_model, model, tmp, metadata=meta, path=path))
     if metadata is not None:
         atomic_write_text(path.with_suffix(".json"), json.dumps(metadata, indent=2) + "\n")
 
@@ -150,9 +167,11 @@ def save_checkpoint(
     remove_leftovers(root, "step-")  # left by a run killed while saving
     final = root / f"step-{step:08d}"
     with atomic_folder(final, "checkpoint") as tmp:
-        save_model(model, str(tmp / "model.safetensors"), metadata={"transduce": "weights", "step": str(step)})
+        meta = {"transduce": "weights", "step": str(step)}
+        _written(save_model, model, str(tmp / "model.safetensors"), metadata=meta, path=final / "model.safetensors")
         opt_tensors, opt_meta = _optimizer_to_tensors(optimizer)
-        save_file({**opt_tensors, **rng_state(), **(extra_tensors or {})}, str(tmp / "optimizer.safetensors"))
+        tensors = {**opt_tensors, **rng_state(), **(extra_tensors or {})}
+        _written(save_file, tensors, str(tmp / "optimizer.safetensors"), path=final / "optimizer.safetensors")
         (tmp / "trainer.json").write_text(
             json.dumps({**trainer, "step": step, "optimizer": opt_meta}, indent=2), encoding="utf-8"
         )
@@ -238,7 +257,8 @@ def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -
     check_weights_target(out, "averaged")
     averaged = average_checkpoints(chosen)
     names = ",".join(p.name for p in chosen)
-    atomic_write(out, lambda tmp: save_file(averaged, tmp, metadata={"transduce": "weights", "averaged": names}))
+    meta = {"transduce": "weights", "averaged": names}
+    atomic_write(out, lambda tmp: _written(save_file, averaged, tmp, metadata=meta, path=out))
     atomic_write_text(out.with_suffix(".json"), json.dumps({"averaged": [p.name for p in chosen]}, indent=2) + "\n")
     return out
 
