@@ -236,3 +236,14 @@ def test_normalization_does_not_change_evalb_scores():
     result = score_corpus(raw, [normalize(t) for t in raw])
     assert result.all.valid == len(raw) == 438
     assert (result.all.recall, result.all.precision, result.all.tagging_accuracy) == (100.0, 100.0, 100.0)
+
+
+def test_two_empty_files_are_refused_not_scored_as_zero(tmp_path, capsys):
+    from transduce.cli import main
+
+    gold, test = tmp_path / "gold.trees", tmp_path / "test.trees"
+    gold.write_text("")
+    test.write_text("")
+    assert main(["evalb", str(gold), str(test)]) == 1
+    err = capsys.readouterr().err
+    assert f"{gold}: the file is empty" in err and len(err.strip().splitlines()) == 1

@@ -489,6 +489,9 @@ def evalb_command(
     params = read_params(params_path) if params_path is not None else default_params()
     gold = read_sentences(gold_path, gold=True)
     test = read_sentences(test_path, gold=False)
+    for path, sentences in ((gold_path, gold), (test_path, test)):
+        if not sentences:  # an all-zero report for nothing scored would read as a result
+            raise TreeError(f"{path}: the file is empty (no trees to score)")
     if len(gold) != len(test):
         raise TreeError(
             f"{gold_path} has {len(gold)} lines but {test_path} has {len(test)}; EVALB pairs them line by line"
