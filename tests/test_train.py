@@ -582,3 +582,16 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line_and_keeps_the_last_on
     [kept] = checkpoint_dirs(tmp_path / "run")
     assert kept.name == "step-00000005" and (kept / "optimizer.safetensors").is_file()
     assert not list((tmp_path / "run" / "checkpoints").glob(".tmp-*"))
+
+
+def test_demo_into_another_run_is_refused_before_writing(trained_run, capsys):
+    """`demo --out RUN` where RUN holds another training: one line, and nothing is written into it (it used to
+    generate 5.5 MB of demo data there before training refused the run)."""
+    from transduce.cli import main
+
+    run, _ = trained_run
+    before = sorted(p.name for p in run.iterdir())
+    assert main(["demo", "--out", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert "holds another run, not a demo" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in run.iterdir()) == before

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .config import Config, load_config
-from .outputs import claim_folder
+from .outputs import OutputError, claim_folder
 
 ONES = [
     "zero",
@@ -106,11 +106,25 @@ def demo_config(data_dir: Path, overrides=()) -> Config:
     return load_config("demo", [*paths, *overrides])
 
 
+def _refuse_another_run(out_dir: Path) -> None:
+    """A run directory that holds another training (its config reads other data than the demo's) is refused."""
+    saved = out_dir / "config.json"
+    if not saved.is_file():
+        return
+    try:
+        train_prefix = json.loads(saved.read_text(encoding="utf-8"))["data"]["train"]
+    except (OSError, ValueError, KeyError, TypeError):
+        train_prefix = None
+    if train_prefix is None or Path(train_prefix).resolve() != (out_dir / "task" / "train").resolve():
+        raise OutputError(f"{out_dir}: holds another run, not a demo; nothing was written: choose another --out")
+
+
 def run_demo(out_dir: str | Path = "runs/demo", *, overrides=(), samples: int = 5, quiet: bool = False) -> float:
     """Generate, train, decode the held-out numbers; print samples and exact match. Returns the exact-match rate."""
     from .decoding.translator import Translator
     from .training.loop import train
 
+    _refuse_another_run(Path(out_dir))  # before anything is written into it
     out_dir = claim_folder(out_dir, "run", task="translation")  # new, empty or an earlier demo: never a user's
     start = time.perf_counter()
     data_dir = generate(out_dir / "task")
