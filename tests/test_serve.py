@@ -643,4 +643,4 @@ def test_serve_refuses_a_bad_or_taken_address_in_one_line(tmp_path, capsys, case
         assert main(["serve", str(tmp_path / "no-run"), *args]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert {"out of range": "between 1 and 65535", "in use": "already in use", "bad host": "--host"}[case] in err
+    assert {"out of range": "between 0 and 65535", "in use": "already in use", "bad host": "--host"}[case] in err

@@ -692,14 +692,15 @@ def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "aut
 
 
 def check_address(host: str, port: int) -> None:
-    """Refuse (ConfigError, one line) a port outside 1-65535, a host that cannot be bound, or an address already in
-    use, by binding it once, as uvicorn will (address reuse on, so a port in TIME_WAIT is not refused)."""
+    """Refuse (ConfigError, one line) a port outside 0-65535 (0: any free port), a host that cannot be bound, or an
+    address already in use, by binding it once, as uvicorn will (address reuse on: a port in TIME_WAIT is not
+    refused)."""
     import socket
 
     from ..config import ConfigError
 
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"--port must be between 1 and 65535, got {port}")
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be between 0 and 65535 (0: any free port), got {port}")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as err:
