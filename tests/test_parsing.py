@@ -409,6 +409,11 @@ def test_parse_evalb_and_attention_commands(tiny_run, treebank, tmp_path, capsys
     assert "--words-from-gold needs --gold" in capsys.readouterr().err
     assert main(["parse", str(run), "--scores-only", "--input", str(gold)]) == 1
     assert "--scores-only needs --gold" in capsys.readouterr().err
+    long_input = tmp_path / "long.txt"  # a sentence the model's 96 positions cannot hold: file and line named
+    long_input.write_text("the dog .\n" + " ".join(["dog"] * 120) + "\n")
+    assert main(["parse", str(run), "--input", str(long_input), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"{long_input}:2: 120 words" in err and len(err.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------------------------------------------- the word pointer

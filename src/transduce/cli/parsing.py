@@ -24,7 +24,7 @@ def cmd_evalb(args) -> int:
 
 def cmd_parse(args) -> int:
     from ..config import ConfigError
-    from ..data import read_lines
+    from ..data import DataError, read_lines
     from ..tasks.parsing import parse_command
     from ..tasks.trees import read_trees, words
 
@@ -32,21 +32,28 @@ def cmd_parse(args) -> int:
     for option, given in (("--words-from-gold", args.words_from_gold), ("--scores-only", args.scores_only)):
         if given and not args.gold:
             raise ConfigError(f"{option} needs --gold TREES")
+    source = input_path(args.gold if args.words_from_gold else args.input)
     if args.words_from_gold:
-        lines = [" ".join(words(tree)) for tree in read_trees(input_path(args.gold), normalized=True)]
+        lines = [" ".join(words(tree)) for tree in read_trees(source, normalized=True)]
     else:
-        lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
-    trees, report = parse_command(
-        args.run,
-        lines,
-        gold_path=args.gold,
-        beam=args.beam,
-        alpha=args.alpha,
-        max_open_run=args.max_open_run,
-        device=args.device,
-        progress=not args.quiet and not sys.stdout.isatty(),
-        ensemble=args.ensemble,
-    )
+        lines = read_lines(source, errors=args.errors, allow_empty=True)
+    try:
+        trees, report = parse_command(
+            args.run,
+            lines,
+            gold_path=args.gold,
+            beam=args.beam,
+            alpha=args.alpha,
+            max_open_run=args.max_open_run,
+            device=args.device,
+            progress=not args.quiet and not sys.stdout.isatty(),
+            ensemble=args.ensemble,
+        )
+    except DataError as err:  # "line N: ..." about the input: name the file too
+        message = str(err)
+        if not message.startswith("line "):
+            raise
+        raise DataError(f"{'<stdin>' if str(source) == '-' else source}:{message[len('line ') :]}") from None
     if not args.scores_only:
         sys.stdout.write("".join(tree + "\n" for tree in trees))
     if report is not None:  # the trees go to stdout; the scores too with --scores-only, else to stderr
