@@ -89,6 +89,20 @@ def run_cli(*args, check=True, **kw) -> subprocess.CompletedProcess:
     return proc
 
 
+def run_torchrun(*args, port: int, processes: int = 2) -> subprocess.CompletedProcess:
+    """`torchrun --nproc-per-node N -m transduce ARGS` on CPU (gloo), one thread a rank; fails the test if it fails."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes)]
+        + ["--master-port", str(port), "-m", "transduce", *args],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 def train_toy_run(
     tmp: Path, steps: int, *, n_train: int = 600, n_test: int = 30, settings: tuple[str, ...] = ()
 ) -> tuple[Path, Path]:

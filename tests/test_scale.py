@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import run_cli, run_torchrun
 from test_data import write_corpus
 
 from transduce.cli import main
@@ -387,8 +387,6 @@ def test_an_epoch_drawn_whole_by_the_earlier_version_is_finished_on_that_draw(tm
 def test_ddp_ranks_read_one_prepared_folder_and_equal_one_process(tmp_path):
     """Two torchrun ranks (gloo) on one data.prepared folder, memory-mapped by both: disjoint batches, the same
     update as one process with accumulation 2; the folder is not written."""
-    import subprocess
-    import sys
 
     import torch
     from conftest import tiny_recipe
@@ -407,15 +405,7 @@ def test_ddp_ranks_read_one_prepared_folder_and_equal_one_process(tmp_path):
     recipe = tiny_recipe(tmp_path / "r.toml", corpus, steps=4, save_every=4, dropout=0.0)
     shared = ["--set", f"data.prepared={data}"]
     run_cli("train", str(recipe), "--out", str(tmp_path / "single"), *shared, "--set", "train.accumulate=2")
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29519"]
-        + ["-m", "transduce", "train", str(recipe), "--out", str(tmp_path / "ddp"), *shared],
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_torchrun("train", str(recipe), "--out", str(tmp_path / "ddp"), *shared, port=29519)
     a, b = (load_file(str(checkpoint_dirs(tmp_path / r)[-1] / "model.safetensors")) for r in ("single", "ddp"))
     assert all(torch.allclose(a[name], b[name], atol=1e-5) for name in a)
     assert folder_bytes(data) == before and not (tmp_path / "ddp" / "data").exists()

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, run_cli, tiny_recipe
+from conftest import ROOT, run_cli, run_torchrun, tiny_recipe
 from safetensors.torch import load_file
 
 from transduce.config import ConfigError, load_config
@@ -344,31 +344,7 @@ def test_ddp_two_processes_equal_one_process_with_accumulation(tmp_path, toy_cor
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=6, save_every=6, dropout=0.0)
     run_cli("train", str(recipe), "--out", str(tmp_path / "single"), "--set", "train.accumulate=2")
     # the DDP run has a time limit: rank 0's clock is then broadcast after every update (without changing a weight)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-            "29517",
-            "-m",
-            "transduce",
-            "train",
-            str(recipe),
-            "--out",
-            str(tmp_path / "ddp"),
-            "--set",
-            "train.max_minutes=60",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_torchrun("train", str(recipe), "--out", str(tmp_path / "ddp"), "--set", "train.max_minutes=60", port=29517)
     a, b = _final_weights(tmp_path / "single"), _final_weights(tmp_path / "ddp")
     for name in a:
         assert torch.allclose(a[name], b[name], atol=1e-5), name
@@ -393,15 +369,7 @@ def test_ddp_ranks_draw_their_own_batches_subwords(tmp_path, toy_corpus):
     the prepared lengths, the same on every rank): two processes train, and no epoch-sized draw is written."""
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=6, save_every=3, dropout=0.0)
     sampled = ["--set", "train.subword_sampling=0.3", "--set", "train.max_tokens=1500", "--set", "train.log_every=1"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29518"]
-        + ["-m", "transduce", "train", str(recipe), "--out", str(tmp_path / "ddp"), *sampled],
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_torchrun("train", str(recipe), "--out", str(tmp_path / "ddp"), *sampled, port=29518)
     records = [json.loads(ln) for ln in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     assert len(losses) == 6 and all(math.isfinite(x) for x in losses)

@@ -15,6 +15,20 @@ def cmd_demo(args) -> int:
     return 0
 
 
+# the DataConfig fields `prepare` takes as --options (unset ones keep DataConfig's defaults)
+PREPARE_OPTIONS = (
+    "vocab_size",
+    "model_type",
+    "lowercase",
+    "split_digits",
+    "max_len",
+    "max_ratio",
+    "errors",
+    "vocab_sample",
+    "workers",
+)
+
+
 def cmd_prepare(args) -> int:
     from ..config import DataConfig
     from ..data import prepare
@@ -26,8 +40,7 @@ def cmd_prepare(args) -> int:
         "src": args.src,
         "tgt": args.tgt,
     }
-    names = ("vocab_size", "model_type", "lowercase", "split_digits", "max_len", "max_ratio", "errors", "vocab_sample")
-    for name in (*names, "workers"):
+    for name in PREPARE_OPTIONS:
         if getattr(args, name) is not None:  # unset options keep DataConfig's defaults (one place for them)
             options[name] = getattr(args, name)
     prepare(DataConfig(**options), args.out, max_tokens=args.max_tokens)

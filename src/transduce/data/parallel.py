@@ -214,19 +214,14 @@ class Prepared:
         version_1_train = split == "train" and not (self.root / "train.lines.npy").is_file()
         if split != "train" or version_1_train:  # the folder's copies (a cache of version 1 copied train too)
             return read_lines(self.root / f"{split}.src.txt"), read_lines(self.root / f"{split}.tgt.txt")
-        info = self.summary["splits"][split]
+        from .training_text import check_unchanged
+
         lines = np.load(self.root / f"{split}.lines.npy", allow_pickle=False)
         errors = self.summary.get("options", {}).get("errors", "strict")
         sides = []
-        for name in info["files"]:
-            path = Path(name)
-            recorded = self.summary.get("inputs", {}).get(name)
-            if not path.is_file() or (recorded is not None and file_digest(path) != recorded):
-                raise DataError(
-                    f"{path}: missing or changed since {self.root} was prepared from it; its training text is read "
-                    "from there (subword sampling): restore the file, or prepare the data again"
-                )
-            sides.append(_select_lines(path, lines, errors))
+        for name in self.summary["splits"][split]["files"]:
+            check_unchanged(Path(name), self.summary, self.root)
+            sides.append(_select_lines(Path(name), lines, errors))
         return sides[0], sides[1]
 
 
@@ -309,9 +304,9 @@ def prepare(
 
     def build(tmp: Path) -> dict:
         summary = _prepare_resumable(config, files, tmp, key, max_tokens, work, log)
-        if _input_stats(files) != stats:
-            changed = next(p for p, st in _input_stats(files).items() if st != stats[p])
-            raise DataError(f"{changed}: changed while it was being prepared; run the command again")
+        changed = [p for p, st in _input_stats(files).items() if st != stats[p]]
+        if changed:
+            raise DataError(f"{changed[0]}: changed while it was being prepared; run the command again")
         return {**summary, "input_stats": stats}
 
     summary = reuse_or_build(
@@ -372,31 +367,7 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
 
     tokenizer_path = work / "tokenizer.model"
     if not tokenizer_path.is_file():
-        counts = {}  # every split's files checked (not empty, as long as each other) before anything is made
-        for split, (src_path, tgt_path) in files.items():
-            counts[split] = [count_lines(src_path), count_lines(tgt_path)]
-            _check_line_counts(src_path, tgt_path, *counts[split])
-        total = sum(counts["train"])
-        if total > config.vocab_sample:
-            log(f"data: the vocabulary is trained on {config.vocab_sample:,} of {total:,} training sentences")
-        sample = _Counted(
-            sample_lines(list(files["train"]), counts["train"], config.vocab_sample, seed=VOCAB_SAMPLE_SEED,
-                         errors=config.errors)
-        )  # fmt: skip
-        try:
-            Tokenizer.train(
-                sample,
-                tokenizer_path,
-                vocab_size=config.vocab_size,
-                model_type=config.model_type,
-                lowercase=config.lowercase,
-                split_digits=config.split_digits,
-                max_sentences=config.vocab_sample,
-            )
-        except TokenizerError:
-            if not sample.count:
-                raise DataError(f"{files['train'][0]}: every training line is blank (on both sides)") from None
-            raise
+        _learn_vocabulary(config, files, tokenizer_path, log)
     tokenizer = Tokenizer(tokenizer_path)
     id_dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "int32"
     chunk_stats = _encode_chunks(config, files, work, str(tokenizer_path), id_dtype, log)
@@ -438,6 +409,36 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
     if not summary["splits"]["train"]["sentences"]:
         raise DataError(f"{files['train'][0]}: no usable training pairs (all empty, too long or unbalanced)")
     return summary
+
+
+def _learn_vocabulary(config: DataConfig, files: dict, tokenizer_path: Path, log) -> None:
+    """Every split's files checked (not empty, as long as each other) before anything is made; then the joint
+    SentencePiece model learned from the seeded sample of the training sides."""
+    counts = {}
+    for split, (src_path, tgt_path) in files.items():
+        counts[split] = [count_lines(src_path), count_lines(tgt_path)]
+        _check_line_counts(src_path, tgt_path, *counts[split])
+    total = sum(counts["train"])
+    if total > config.vocab_sample:
+        log(f"data: the vocabulary is trained on {config.vocab_sample:,} of {total:,} training sentences")
+    sample = _Counted(
+        sample_lines(list(files["train"]), counts["train"], config.vocab_sample, seed=VOCAB_SAMPLE_SEED,
+                     errors=config.errors)
+    )  # fmt: skip
+    try:
+        Tokenizer.train(
+            sample,
+            tokenizer_path,
+            vocab_size=config.vocab_size,
+            model_type=config.model_type,
+            lowercase=config.lowercase,
+            split_digits=config.split_digits,
+            max_sentences=config.vocab_sample,
+        )
+    except TokenizerError:
+        if not sample.count:
+            raise DataError(f"{files['train'][0]}: every training line is blank (on both sides)") from None
+        raise
 
 
 class _Counted:

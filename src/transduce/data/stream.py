@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import shutil
-import tempfile
 import typing
 import zlib
 from collections.abc import Iterator
@@ -25,9 +22,11 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..outputs import atomic_folder
 from .text import DataError, decode_lines
 from .tokenizer import UNK_ID, Tokenizer
 
+CHUNK = "data chunk"  # the manifest kind of one finished chunk in a prepare's work folder
 CHUNK_LINES = 50_000  # pairs per chunk: part of the cache format (a resumed prepare relies on the same boundaries)
 
 
@@ -148,7 +147,7 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
     """Decode, filter and encode one chunk and write it: SIDE.ids.npy (flat ids of the kept pairs), SIDE.lengths.npy,
     lines.npy (their line numbers in the files, from 0), for the training split SIDE.starts.npy (each kept line's
     first byte in its decompressed file: the text subword sampling reads), for the others SIDE.txt (the kept lines),
-    and stats.json (returned). Written into a temporary folder and renamed, so a chunk on disk is always whole."""
+    and stats.json (returned)."""
     final = chunk_folder(job.folder, job.split, job.index)
     if job.tokenizer not in _TOKENIZERS:
         _TOKENIZERS[job.tokenizer] = Tokenizer(job.tokenizer)
@@ -167,16 +166,7 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
     tgt_ids = tokenizer.encode([tgt_lines[i] for i in kept], num_threads=1)
     src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(kept))
     tgt_len = np.fromiter(map(len, tgt_ids), dtype=np.int64, count=len(kept))
-    ok = np.ones(len(kept), dtype=bool)
-    if job.kind != "test":
-        long = (src_len > job.max_len) | (tgt_len > job.max_len)
-        ok &= ~long
-        dropped["too_long"] = int(long.sum())
-        dropped["ratio"] = 0
-        if job.kind == "train":
-            ratio = ~long & (np.maximum(src_len, tgt_len) > job.max_ratio * np.maximum(1, np.minimum(src_len, tgt_len)))
-            ok &= ~ratio
-            dropped["ratio"] = int(ratio.sum())
+    ok = _length_filters(job, src_len, tgt_len, dropped)
     stats: dict[str, Any] = {
         "first_line": job.first_line,
         "lines": n,
@@ -184,8 +174,7 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
         "dropped": dropped,
         "nonblank": nonblank,
     }
-    folder = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=job.folder))
-    try:
+    with atomic_folder(final, CHUNK) as folder:  # a chunk on disk is always whole
         sides = (("src", src_ids, src_len, src_lines, job.src), ("tgt", tgt_ids, tgt_len, tgt_lines, job.tgt))
         for side, ids, lengths, lines, raw in sides:
             flat = flat_ids(ids, lengths, job.id_dtype)[np.repeat(ok, lengths)]
@@ -201,11 +190,25 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
                 (folder / f"{side}.txt").write_bytes(text.encode("utf-8"))
         np.save(folder / "lines.npy", (kept[ok] + job.first_line).astype(np.int64), allow_pickle=False)
         (folder / "stats.json").write_text(json.dumps(stats) + "\n", encoding="utf-8")
-        os.replace(folder, final)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
     return stats
+
+
+def _length_filters(job: ChunkJob, src_len: np.ndarray, tgt_len: np.ndarray, dropped: dict[str, int]) -> np.ndarray:
+    """Which of the (non-empty) pairs stay: all in a test split; in train and valid none longer than max_len on
+    either side; in train none whose longer side exceeds max_ratio times the shorter. Counts what goes in
+    `dropped`."""
+    ok = np.ones(len(src_len), dtype=bool)
+    if job.kind == "test":
+        return ok
+    long = (src_len > job.max_len) | (tgt_len > job.max_len)
+    ok &= ~long
+    dropped["too_long"] = int(long.sum())
+    dropped["ratio"] = 0
+    if job.kind == "train":
+        ratio = ~long & (np.maximum(src_len, tgt_len) > job.max_ratio * np.maximum(1, np.minimum(src_len, tgt_len)))
+        ok &= ~ratio
+        dropped["ratio"] = int(ratio.sum())
+    return ok
 
 
 def line_starts(data: bytes) -> np.ndarray:

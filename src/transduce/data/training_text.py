@@ -63,11 +63,6 @@ class TrainingText:
             sides.append(lines)
         return sides[0], sides[1]
 
-    def close(self) -> None:
-        for f in self._files:
-            f.close()
-        self._files = []
-
 
 def check_unchanged(path: Path, summary: dict, root: Path) -> None:
     """Refuse an input file that is not the one `prepare` read (size, then digest when the time stamp moved)."""

@@ -217,13 +217,12 @@ class TranslationTask(SequenceTask):
         self.description = f"{len(self.corpus):,} training pairs"
         self._text: TrainingText | None = None  # the training text, read batch by batch for subword sampling
         self._epoch = (config.train.seed, 0)
-        self._whole_draw = False  # this epoch trains on a whole-epoch draw an earlier version kept (see batches)
 
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
         self._epoch = (seed, epoch)  # what the batches collated next are drawn from
-        self.corpus, self._whole_draw = self.data.splits["train"], False
+        self.corpus = self.data.splits["train"]
         if self._kept_epoch_draw(seed, epoch):  # a run resumed across the upgrade: its epoch was cut from that draw
-            self.corpus, self._whole_draw = self.epoch_corpus(seed=seed, epoch=epoch), True
+            self.corpus = self.epoch_corpus(seed=seed, epoch=epoch)
         elif self.run_dir is not None and self.main and self.config.train.subword_sampling > 0:
             self._prune_draws(epoch)  # the earlier version's draws, once no checkpoint can return to them
         return make_batches(
@@ -243,11 +242,14 @@ class TranslationTask(SequenceTask):
         """A padded batch; under train.subword_sampling the batch's pairs drawn anew, sorted by their sampled lengths
         and cut again into batches of at most train.max_tokens padded tokens per side (a draw lengthens pairs
         unevenly: uncut, the batch would be padded to its longest draw, about twice the tokens on Multi30k)."""
-        if self.config.train.subword_sampling <= 0 or self._whole_draw:
+        whole_draw = self.corpus is not self.data.splits["train"]  # an earlier version's epoch draw (see batches)
+        if self.config.train.subword_sampling <= 0 or whole_draw:
             return super().collate(indices)
         pairs = self.sampled_pairs(indices, *self._epoch)
-        options = {"pad_multiple": self.config.train.pad_multiple, "limit": self.config.model.max_len}
-        tc = self.config.train
+        tc, options = (
+            self.config.train,
+            {"pad_multiple": self.config.train.pad_multiple, "limit": self.config.model.max_len},
+        )
         parts = make_batches(
             pairs.src_lengths, pairs.tgt_lengths, max_tokens=tc.max_tokens, seed=0, epoch=0, shuffle=False
         )
