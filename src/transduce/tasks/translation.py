@@ -246,14 +246,12 @@ class TranslationTask(SequenceTask):
         if self.config.train.subword_sampling <= 0 or whole_draw:
             return super().collate(indices)
         pairs = self.sampled_pairs(indices, *self._epoch)
-        tc, options = (
-            self.config.train,
-            {"pad_multiple": self.config.train.pad_multiple, "limit": self.config.model.max_len},
-        )
+        tc = self.config.train
         parts = make_batches(
             pairs.src_lengths, pairs.tgt_lengths, max_tokens=tc.max_tokens, seed=0, epoch=0, shuffle=False
         )
-        return [self.collate_pairs(pairs, part, **options) for part in parts]
+        limit = self.config.model.max_len
+        return [self.collate_pairs(pairs, part, pad_multiple=tc.pad_multiple, limit=limit) for part in parts]
 
     def sampled_pairs(self, indices: np.ndarray, seed: int, epoch: int) -> ParallelCorpus:
         """The pairs `indices` with both sides segmented at random (train.subword_sampling: BPE-dropout, or unigram
