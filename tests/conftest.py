@@ -29,6 +29,7 @@ vocab_size = 100
 
 [train]
 device = "cpu"  # the same path on a GPU machine (bit-exact resume is a CPU property); tests/test_cuda.py asks for CUDA
+precision = "fp32"  # not "auto": its timing trial may pick either (tests/test_precision.py tests it)
 max_steps = {steps}
 max_tokens = 300
 warmup_steps = 20

@@ -36,7 +36,7 @@ def test_a_classification_recipe_trains_through_the_same_entry(tmp_path):
     recipe.write_text(
         f'task = "classification"\n[data]\ntrain = "{data}"\nvocab_size = 60\nmax_len = 32\n'
         "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 4\nmax_len = 32\n"
-        "[train]\nmax_steps = 3\nmax_tokens = 512\nnum_threads = 1\n"
+        '[train]\nprecision = "fp32"\nmax_steps = 3\nmax_tokens = 512\nnum_threads = 1\n'
     )
     config = load_config(recipe)
     assert type(config).__name__ == "ClassifierRunConfig"

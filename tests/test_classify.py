@@ -61,6 +61,7 @@ vocab_size = 60
 max_len = 32
 
 [train]
+precision = "fp32"
 lr_schedule = "constant"
 peak_lr = 3e-3
 warmup_steps = 10

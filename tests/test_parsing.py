@@ -82,6 +82,7 @@ def tiny_config(train: Path, valid: Path, **train_settings) -> ParsingRunConfig:
         train=TrainConfig(
             **{
                 "max_tokens": 600,
+                "precision": "fp32",
                 "warmup_steps": 20,
                 "lr_scale": 0.5,
                 "valid_max_sentences": 10,

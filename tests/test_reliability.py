@@ -81,7 +81,7 @@ def env(tmp_path, trained_run, monkeypatch):
     cls_recipe.write_text(
         f'[data]\ntrain = "{cls_train}"\nvocab_size = 60\nmax_len = 32\n'
         "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 4\nmax_len = 32\n"
-        "[train]\nmax_steps = 2\nmax_tokens = 512\nnum_threads = 1\n"
+        '[train]\nprecision = "fp32"\nmax_steps = 2\nmax_tokens = 512\nnum_threads = 1\n'
     )
     (tmp_path / "text.en").write_text("the dog sees a cat\n")
     work = tmp_path / "work"

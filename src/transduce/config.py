@@ -225,8 +225,10 @@ class TrainConfig:
     cudnn_attention: bool = False
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     cpu_speed: bool = True  # on CPU, apply model/cpu_speed.py (faster dropout masks, logits workspace, malloc)
-    # "auto": bf16 autocast on CUDA, float32 on CPU; "bf16": also on CPU (only where the CPU has native bfloat16
-    # arithmetic, AVX512_BF16 or AMX: 2.66x the step speed on one such CPU, BENCHMARKS.md); "fp32": never autocast
+    # "auto": bf16 autocast on CUDA; on a CPU with native bfloat16 arithmetic (AVX512_BF16 or AMX: 2.66x the step
+    # speed on one such CPU, BENCHMARKS.md) bf16 if a short trial on the run's first batches finds it clearly faster
+    # (training/precision.py; the pick is logged and kept on resume), else float32; "bf16": bf16 autocast, on CPU only
+    # where it is native; "fp32": never autocast
     precision: str = "auto"
     fp32_logits: bool = False  # CPU bf16: keep the pre-softmax projection and the loss in float32 (1.84x, not 2.66x)
 

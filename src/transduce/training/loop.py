@@ -33,7 +33,8 @@ from ..outputs import OutputError, claim_folder, exclusive, read_manifest, write
 from ..tasks.base import Task, task_class
 from .checkpoint import average_run, checkpoint_dirs, load_checkpoint, save_checkpoint, save_weights
 from .distributed import Ranks, all_ranks_sum, broadcast_flag, broadcast_value, gather_rng, rank_seed, setup_distributed
-from .optim import build_optimizer, learning_rate
+from .optim import FORECAST_AFTER, build_optimizer, forecast, learning_rate
+from .precision import autocast_for, check_precision, needs_trial, resolve_cpu_auto, time_modes
 from .runlog import RunLog
 from .state import TrainerState
 
@@ -187,9 +188,10 @@ def _train_epochs(task: Task, tc: TrainConfig, run: Session, ranks: Ranks, bar: 
             accumulate=tc.accumulate,
         )
         if tc.max_epochs:  # the bar counts to whichever limit comes first
-            bar.total = min(
+            run.target = min(
                 tc.max_steps, state.step - state.update_in_epoch + (tc.max_epochs - state.epoch) * len(groups)
             )
+            bar.total = run.target
         for u in range(state.update_in_epoch, len(groups)):
             ctrl_c.check()  # a Ctrl-C since the last update stops here, between two updates
             updated = run.update(groups[u])  # False: skipped (out of GPU memory), the data moves on all the same
@@ -241,6 +243,8 @@ class Session:
     consecutive_oom: int = 0
     lr: float = 0.0
     clock: float = 0.0  # rank 0's elapsed seconds after the last update (the same on every rank)
+    target: int = 0  # the update the run ends at if no time limit or early stop comes first
+    forecast_from: tuple[int, float] | None = None  # (step, time) after the session's first update
 
     @classmethod
     def start(
@@ -259,8 +263,8 @@ class Session:
         optimizer = build_optimizer(model, tc)
         state = _restore(run_dir, model, optimizer, ranks, tc, runlog)
         run = cls(task, tc, run_dir, ranks, device, runlog, model, optimizer, state, start_elapsed=state.elapsed)
-        run.clock = state.elapsed
-        run.net, run.autocast = _wrap(model, tc, ranks, device)
+        run.clock, run.target = state.elapsed, tc.max_steps
+        run.net, run.autocast = _wrap(model, tc, ranks, device, run.pick_precision())
         run.reset_window()
         runlog.text(
             f"model: {_parameters(model):,} parameters; device {device}; world size {ranks.world_size}; "
@@ -269,6 +273,20 @@ class Session:
         )
         model.train()
         return run
+
+    def pick_precision(self) -> str:
+        """train.precision for this session: as set, or for 'auto' on a CPU with native bf16 the pick stored in the
+        run, else the faster in a short trial (rank 0's, on every rank); stored in the state, so in checkpoints."""
+        tc, state = self.tc, self.state
+        if not needs_trial(tc, self.device):
+            return tc.precision
+        pick, line = resolve_cpu_auto(
+            state.precision, state.step > 0, lambda: time_modes(self.task, self.model, tc, self.device)
+        )
+        pick = "bf16" if broadcast_value(float(pick == "bf16"), self.ranks, self.device) else "fp32"
+        state.precision = pick
+        self.runlog.text(line)
+        return pick
 
     @property
     def d_model(self) -> int:
@@ -454,10 +472,25 @@ class Session:
         if state.step % tc.save_every == 0 or last or state.stopped:
             self.save(state.stopped or "periodic")
         self.check_time_limit(last)
+        self.forecast()
         if last or state.stopped:
             state.stopped = state.stopped or ("max_steps" if state.step >= tc.max_steps else "max_epochs")
             return True
         return False
+
+    def forecast(self) -> None:
+        """FORECAST_AFTER updates into the session, say where the time budget ends the run against the schedule
+        (a warning when it cuts it). Timed from the end of the first update, so its warm-up does not count."""
+        now, step = time.perf_counter(), self.state.step
+        if self.forecast_from is None:
+            self.forecast_from = (step, now)
+            return
+        first, then = self.forecast_from
+        if step - first != FORECAST_AFTER or self.state.stopped:
+            return
+        rate = FORECAST_AFTER / max(now - then, 1e-9)
+        line, _ = forecast(step, rate, self.elapsed(), self.target, self.tc, self.d_model)
+        self.runlog.text(line)
 
     def check_time_limit(self, last: bool) -> None:
         """Past train.max_minutes (rank 0's clock decides, for every rank): validate and save the final weights,
@@ -506,18 +539,9 @@ def _restore(run_dir: Path, model, optimizer, ranks: Ranks, tc: TrainConfig, run
     return state
 
 
-def check_precision(tc: TrainConfig, device: torch.device) -> None:
-    """Refuse bf16 on a CPU without native bfloat16 arithmetic, where it would run many times slower than float32."""
-    if tc.precision == "bf16" and device.type == "cpu" and not cpu_speed.native_bf16():
-        raise ConfigError(
-            "train.precision = 'bf16' on CPU needs native bfloat16 arithmetic (the avx512_bf16 or amx_bf16 CPU "
-            "flag), which this CPU lacks: bfloat16 would run far slower than float32 here; use 'fp32' or 'auto'"
-        )
-
-
-def _wrap(model: torch.nn.Module, tc: TrainConfig, ranks: Ranks, device: torch.device):
-    """DDP over ranks, torch.compile when asked, and train.precision: on CUDA bf16 autocast with TF32 unless
-    'fp32' (then full float32), on CPU bf16 autocast only when asked ('bf16')."""
+def _wrap(model: torch.nn.Module, tc: TrainConfig, ranks: Ranks, device: torch.device, precision: str):
+    """DDP over ranks, torch.compile when asked, and the run's precision (resolved: precision.py); on CUDA TF32 is on
+    unless it is 'fp32'."""
     net: torch.nn.Module = model
     if ranks.world_size > 1:
         net = torch.nn.parallel.DistributedDataParallel(
@@ -527,13 +551,10 @@ def _wrap(model: torch.nn.Module, tc: TrainConfig, ranks: Ranks, device: torch.d
         net = torch.compile(net, dynamic=True)  # type: ignore[assignment]  # batch shapes change every step
     if device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(tc.cudnn_attention)
-    if device.type == "cuda" and tc.precision != "fp32":
+    if device.type == "cuda" and precision != "fp32":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        return net, lambda: torch.autocast("cuda", dtype=torch.bfloat16)
-    elif device.type == "cpu" and tc.precision == "bf16":
-        return net, lambda: torch.autocast("cpu", dtype=torch.bfloat16)
-    return net, contextlib.nullcontext
+    return net, autocast_for(precision, device)
 
 
 def _parameters(model: torch.nn.Module) -> int:

@@ -84,3 +84,57 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
         return adam(fused=True)
     except RuntimeError:  # no fused kernel for this device in this torch
         return adam(foreach=True)
+
+
+FORECAST_AFTER = 50  # updates of a session after which `train` says what the time budget allows
+
+
+def forecast(
+    step: int, rate: float, elapsed: float, target: int, config: TrainConfig, d_model: int
+) -> tuple[str, bool]:
+    """What the run will reach at `rate` updates/s, `elapsed` seconds into it, at update `step` of `target`
+    (max_steps, or fewer when max_epochs ends it first): the line to log and whether it is a warning (the time
+    budget will end the run before its schedule does and nothing decays the rate by the clock). Validation and
+    saving time are not counted."""
+    left = max(0, target - step)
+    if not config.max_minutes:
+        return (
+            f"at {rate:.2f} updates/s, the {left:,} updates left to {target:,} take about {_duration(left / rate)}",
+            False,
+        )
+    budget = config.max_minutes * 60
+    reached = step + int(rate * max(0.0, budget - elapsed))
+    if reached >= target:
+        return (
+            f"at {rate:.2f} updates/s, update {target:,} comes in about {_duration(left / rate)}, within the budget "
+            f"of train.max_minutes {config.max_minutes:g}",
+            False,
+        )
+    line = (
+        f"at {rate:.2f} updates/s, train.max_minutes {config.max_minutes:g} ends the run at about update "
+        f"{reached:,} of the schedule's {target:,} ({100 * reached / target:.0f}%)"
+    )
+    if config.lr_clock:
+        return line + "; train.lr_clock brings the learning rate to 0 by the clock all the same", False
+    line = "warning: " + line
+    left_lr = _by_steps(reached, config, d_model) / max(_peak(config, d_model), 1e-30)
+    if config.lr_schedule == "linear":
+        line += (
+            f", with the learning rate still at {100 * left_lr:.0f}% of its peak: set train.lr_clock = true to decay "
+            "it by the clock, or lower train.max_steps to what fits"
+        )
+    else:
+        line += "; lower train.max_steps to what fits or raise train.max_minutes"
+    return line, True
+
+
+def _peak(config: TrainConfig, d_model: int) -> float:
+    return max(_by_steps(s, config, d_model) for s in (config.warmup_steps, config.warmup_steps + 1))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.1f} hours"

@@ -18,6 +18,7 @@ class TrainerState:
     oom_skips: int = 0  # updates skipped because the GPU ran out of memory
     target_tokens: int = 0  # what the loss was summed over, in all
     decay_start: float | None = None  # train.lr_clock: `elapsed` when the warm-up ended (the clock decay's start)
+    precision: str | None = None  # train.precision 'auto' on a CPU with native bf16: the trial's pick, kept
     stopped: str | None = None  # why training stopped: max_steps, max_epochs, max_minutes, early_stop (not saved)
 
     SAVED: ClassVar[tuple[str, ...]] = (
@@ -29,6 +30,7 @@ class TrainerState:
         "oom_skips",
         "target_tokens",
         "decay_start",
+        "precision",
     )
 
     def to_checkpoint(self) -> dict:
