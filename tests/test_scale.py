@@ -206,7 +206,8 @@ def test_training_from_a_prepared_folder_shares_it_and_never_writes_it(tmp_path)
     recipe.write_text(
         "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\n"
         '[data]\ntrain = "nowhere/train"\nsrc = "en"\ntgt = "de"\nvocab_size = 37000\n'
-        '[train]\nprecision = "fp32"\nmax_steps = 6\nmax_tokens = 200\nsave_every = 3\nvalid_every = 3\nvalid_max_sentences = 4\n'
+        '[train]\nprecision = "fp32"\nmax_steps = 6\nmax_tokens = 200\nsave_every = 3\nvalid_every = 3\n'
+        "valid_max_sentences = 4\n"
         'warmup_steps = 2\nlog_every = 1\ndevice = "cpu"\n'
     )
     for seed in (1, 2):
@@ -240,7 +241,8 @@ def test_resume_follows_a_moved_folder_and_refuses_one_prepared_again_from_chang
     recipe = tmp_path / "r.toml"
     recipe.write_text(
         "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\n"
-        '[train]\nprecision = "fp32"\nmax_steps = 4\nmax_tokens = 200\nsave_every = 2\nvalid_every = 100\nwarmup_steps = 2\n'
+        '[train]\nprecision = "fp32"\nmax_steps = 4\nmax_tokens = 200\nsave_every = 2\nvalid_every = 100\n'
+        "warmup_steps = 2\n"
         'device = "cpu"\n'
     )
     run = tmp_path / "run"

@@ -2,11 +2,11 @@
 
 On CUDA "auto" is bf16 autocast (with TF32). On a CPU without native bfloat16 (no avx512_bf16 / amx_bf16 flag) it is
 float32: there torch emulates bfloat16 far slower. On a CPU with it, how much bf16 pays depends on the model and the
-machine (2.66x the step speed for multi30k's model on one AMD EPYC; the demo's 0.7M-parameter model: 1.3x in the
-trial on another), so "auto" times a few forward and backward passes of the run's own model on its own first batches in each
-mode and keeps bf16 where it is clearly faster (BF16_MARGIN), float32 otherwise. The trial leaves no trace: the
-weights are untouched, the gradients and the random state restored. The pick is stored in every checkpoint, so a
-resumed run keeps it whatever the machine's load then.
+machine (2.66x the step speed for multi30k's model on one AMD EPYC; the demo's 0.7M-parameter model 1.3x in the trial
+on the same kind of CPU), so "auto" times a few forward and backward passes of the run's own model on its own first
+batches in each mode and keeps bf16 where it is clearly faster (BF16_MARGIN), float32 otherwise. The trial leaves no
+trace: the weights are untouched, the gradients and the random state restored. The pick is stored in every
+checkpoint, so a resumed run keeps it whatever the machine's load then.
 """
 
 from __future__ import annotations
