@@ -187,3 +187,79 @@ def test_a_model_cast_to_bf16_still_decodes_on_cpu():
     model = Transformer(ModelConfig(vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_layers=1)).bfloat16().eval()
     hyps = beam_search(model, torch.tensor([[5, 6, 7, 3]]), beam=2, max_len_b=5)
     assert len(hyps) == 1 and hyps[0] and all(0 <= t < 40 for t in hyps[0][0].tokens)
+
+
+# train.precision = "auto" on CPU: the timing trial (training/precision.py) --------------------------------------------
+def test_auto_picks_bf16_only_where_it_is_clearly_faster():
+    from transduce.training.precision import BF16_MARGIN, resolve_cpu_auto
+
+    assert resolve_cpu_auto(None, False, lambda: (1.0, 0.5))[0] == "bf16"
+    assert resolve_cpu_auto(None, False, lambda: (1.0, 0.95))[0] == "fp32"  # faster, but not clearly
+    assert resolve_cpu_auto(None, False, lambda: (1.0, BF16_MARGIN))[0] == "bf16"
+    pick, line = resolve_cpu_auto(None, False, lambda: (0.2, 0.4))
+    assert pick == "fp32" and "0.200 s per batch in float32" in line and "0.400 s in bfloat16" in line
+
+
+def test_auto_keeps_a_runs_pick_and_an_older_run_stays_float32():
+    from transduce.training.precision import resolve_cpu_auto
+
+    def no_trial():
+        raise AssertionError("no trial when the run already has a pick")
+
+    assert resolve_cpu_auto("bf16", True, no_trial)[0] == "bf16"
+    assert resolve_cpu_auto("fp32", True, no_trial)[0] == "fp32"
+    pick, line = resolve_cpu_auto(None, True, no_trial)  # saved before picks were kept: trained in float32
+    assert pick == "fp32" and "as this run was trained so far" in line
+
+
+def test_the_trial_leaves_weights_gradients_and_random_state_as_they_were(tmp_path, toy_corpus):
+    from transduce.tasks.translation import TranslationTask
+    from transduce.training.precision import time_modes
+
+    config = load_config(tiny_recipe(tmp_path / "r.toml", toy_corpus), ["train.precision=auto"])
+    task = TranslationTask.prepare(config, tmp_path / "run", main=True, log=lambda _: None, barrier=lambda: None)
+    torch.manual_seed(0)
+    model = task.build_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    fp32, bf16 = time_modes(task, model, config.train, torch.device("cpu"))
+    assert fp32 > 0 and bf16 > 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_auto_on_cpu_logs_its_pick_trains_with_it_and_keeps_it_on_resume(tmp_path, toy_corpus, native, monkeypatch):
+    from transduce.training import loop
+
+    seen = []
+    real_wrap = loop._wrap
+    monkeypatch.setattr(loop, "_wrap", lambda *a: seen.append(a[-1]) or real_wrap(*a))
+    monkeypatch.setattr(loop, "time_modes", lambda *a: (1.0, 0.4))  # the trial's timings, fixed
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=10, save_every=10)
+    train(load_config(recipe, ["train.precision=auto"]), tmp_path / "run", quiet=True)
+    log = (tmp_path / "run" / "train.log").read_text(encoding="utf-8")
+    assert "train.precision 'auto': bf16 (a trial on the first batches: 1.000 s per batch in float32" in log
+    assert seen == ["bf16"]
+
+    def no_trial(*a):
+        raise AssertionError("a resumed run keeps its pick")
+
+    monkeypatch.setattr(loop, "time_modes", no_trial)
+    train(load_config(recipe, ["train.precision=auto", "train.max_steps=20"]), tmp_path / "run", quiet=True)
+    log = (tmp_path / "run" / "train.log").read_text(encoding="utf-8")
+    assert "train.precision 'auto': bf16, as picked when this run started" in log and seen == ["bf16", "bf16"]
+
+
+def test_auto_without_native_bf16_is_float32_with_no_trial(tmp_path, toy_corpus, monkeypatch):
+    from transduce.training import loop
+
+    monkeypatch.setattr(cpu_speed, "native_bf16", lambda: False)
+    monkeypatch.setattr(loop, "time_modes", lambda *a: pytest.fail("no trial without native bf16"))
+    seen = []
+    real_wrap = loop._wrap
+    monkeypatch.setattr(loop, "_wrap", lambda *a: seen.append(a[-1]) or real_wrap(*a))
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=4, save_every=4)
+    train(load_config(recipe, ["train.precision=auto"]), tmp_path / "run", quiet=True)
+    assert seen == ["auto"]  # _wrap's "auto" on CPU: no autocast
+    assert "train.precision 'auto'" not in (tmp_path / "run" / "train.log").read_text(encoding="utf-8")

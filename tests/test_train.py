@@ -13,7 +13,7 @@ import torch
 from conftest import ROOT, run_cli, run_torchrun, tiny_recipe
 from safetensors.torch import load_file
 
-from transduce.config import ConfigError, load_config
+from transduce.config import ConfigError, TrainConfig, load_config
 from transduce.data.batching import make_batches
 from transduce.model import cpu_speed
 from transduce.model.cpu_speed import keep_freed_memory
@@ -563,3 +563,44 @@ def test_demo_into_another_run_is_refused_before_writing(trained_run, capsys):
     err = capsys.readouterr().err
     assert "holds another run, not a demo" in err and len(err.strip().splitlines()) == 1
     assert sorted(p.name for p in run.iterdir()) == before
+
+
+def test_the_forecast_says_where_the_time_budget_ends_the_run():
+    from transduce.training.optim import forecast
+
+    def tc(**kw):
+        return TrainConfig(lr_schedule="linear", peak_lr=1e-3, warmup_steps=100, max_steps=2400, **kw)
+
+    line, warn = forecast(50, 2.0, 30.0, 2400, tc(), 256)  # no budget: how long the rest takes
+    assert not warn and "2,350 updates left to 2,400 take about 20 minutes" in line
+    line, warn = forecast(50, 2.0, 30.0, 2400, tc(max_minutes=30), 256)  # 50 + 2 x 1770 s > 2400
+    assert not warn and "within the budget of train.max_minutes 30" in line
+    line, warn = forecast(50, 1.0, 30.0, 2400, tc(max_minutes=30), 256)  # 50 + 1770 = 1820 of 2400
+    assert warn and line.startswith("warning:") and "about update 1,820 of the schedule's 2,400 (76%)" in line
+    assert "still at 25% of its peak" in line and "train.lr_clock" in line  # (2400 - 1820) / 2300 of the peak
+    line, warn = forecast(50, 1.0, 30.0, 2400, tc(max_minutes=30, lr_clock=True), 256)
+    assert not warn and "about update 1,820" in line and "to 0 by the clock" in line
+    noam = TrainConfig(warmup_steps=100, max_steps=2400, max_minutes=30)
+    line, warn = forecast(50, 1.0, 30.0, 2400, noam, 256)
+    assert warn and "lower train.max_steps" in line
+
+
+def test_training_logs_the_forecast_after_its_first_updates(tmp_path, toy_corpus):
+    from transduce.training.optim import FORECAST_AFTER
+
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=FORECAST_AFTER + 5, save_every=100)
+    train(load_config(recipe, ["train.max_minutes=600"]), tmp_path / "run", quiet=True)
+    log = (tmp_path / "run" / "train.log").read_text(encoding="utf-8")
+    assert f"update {FORECAST_AFTER + 5} comes in about" in log and "within the budget of train.max_minutes 600" in log
+
+
+def test_every_shipped_recipe_with_a_time_budget_decays_by_the_clock():
+    import tomllib
+
+    capped = 0
+    for recipe in sorted((ROOT / "recipes").glob("*.toml")):
+        train_table = tomllib.loads(recipe.read_text(encoding="utf-8")).get("train", {})
+        if train_table.get("max_minutes"):
+            capped += 1
+            assert train_table.get("lr_clock") is True, recipe.name
+    assert capped >= 3  # multi30k-60min, multi30k-bf16-pair, gum-parse
