@@ -107,6 +107,7 @@ class Case:
     setup: object = None  # setup(env) before the command
     keep: tuple[str, ...] = ()  # files ({tmp}-relative templates) whose contents must not change
     sentinels: tuple[str, ...] = ()  # folders that get a sentinel file before the command
+    absent: tuple[str, ...] = ()  # paths the refused command must not leave behind (an empty run folder)
     marks: list = field(default_factory=list)
 
 
@@ -255,11 +256,18 @@ CASES = {
     "classify train with a missing file": Case(
         ["classify", "train", "{cls_recipe}", "--out", "{tmp}/c", "--set", "data.train='{tmp}/nope.tsv'"],
         ("no such file",),
+        absent=("{tmp}/c",),
+    ),
+    "train with a missing corpus into a new nested folder": Case(
+        ["train", "{recipe}", "--out", "{tmp}/new/deeper/r", "--set", "data.train='{tmp}/nope'"],
+        ("no such file",),
+        absent=("{tmp}/new",),
     ),
     "classify train with a null label": Case(
         ["classify", "train", "{cls_recipe}", "--out", "{tmp}/c", "--set", "data.train='{tmp}/null.jsonl'"],
         ("null.jsonl:2", "label"),
         setup=_null_label,
+        absent=("{tmp}/c",),
     ),
     "translate a missing input file": Case(["translate", "{run}", "--input", "{tmp}/nope.en"], ("no such file",)),
     "an unknown shipped recipe": Case(["train", "nonsense", "--out", "{tmp}/r"], ("multi30k",)),
@@ -285,6 +293,8 @@ def test_bad_input_is_one_line_and_destroys_nothing(name, env, capsys):
     assert_kept(*sentinels)
     for p, data in before.items():
         assert Path(fmt(p)).read_bytes() == data, f"{fmt(p)} was changed"
+    for p in case.absent:
+        assert not Path(fmt(p)).exists(), f"{fmt(p)} was left behind"
 
 
 # Cases that need more than one command ------------------------------------------------------------------------------

@@ -211,3 +211,18 @@ def exclusive(folder: str | Path, what: str = "training") -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def remove_if_bare(folder: str | Path, created: str | Path | None = None) -> bool:
+    """Remove `created` (a folder this command made: `folder` or one above it) when all it holds is `folder`'s
+    manifest and lock file and empty folders (what a run refused before its first write leaves), so a refused command
+    leaves no debris. Anything else in it and it stays."""
+    folder = Path(folder)
+    top = Path(created) if created is not None else folder
+    if not top.is_dir():
+        return False
+    ours = {folder / MANIFEST, folder / LOCK}
+    if any(not p.is_dir() and p not in ours for p in top.rglob("*")):
+        return False
+    shutil.rmtree(top, ignore_errors=True)
+    return True

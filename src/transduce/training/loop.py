@@ -29,7 +29,7 @@ from tqdm import tqdm
 from ..config import ConfigError, TrainConfig, task_name
 from ..data.batching import update_groups
 from ..model import cpu_speed
-from ..outputs import OutputError, claim_folder, exclusive, read_manifest, write_manifest
+from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_if_bare, write_manifest
 from ..tasks.base import Task, task_class
 from .checkpoint import average_run, checkpoint_dirs, load_checkpoint, save_checkpoint, save_weights
 from .distributed import Ranks, all_ranks_sum, broadcast_flag, broadcast_value, gather_rng, rank_seed, setup_distributed
@@ -84,12 +84,18 @@ def open_run(run_dir: Path, ranks: Ranks, task: str):
         return
     if read_manifest(run_dir) is None and (run_dir / "config.json").is_file() and checkpoint_dirs(run_dir):
         write_manifest(run_dir, "run", task=task)  # a run made before manifests existed: adopt it
+    created = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None)  # the topmost new one
     claim_folder(run_dir, "run", task=task)
     manifest = read_manifest(run_dir) or {}
     if manifest.get("task", task) != task:
         raise OutputError(f"{run_dir}: holds a {manifest['task']} run, not a {task} run; use another --out")
-    with exclusive(run_dir):
-        yield
+    try:
+        with exclusive(run_dir):
+            yield
+    except BaseException:
+        if created is not None:  # refused before anything was written (missing data, a bad setting): no debris
+            remove_if_bare(run_dir, created)
+        raise
 
 
 def check_setup(task: Task, tc: TrainConfig) -> None:
