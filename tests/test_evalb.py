@@ -148,6 +148,184 @@ def test_read_params_rules_and_errors(tmp_path):
         assert str(info.value) == f"{prm}:{reason}" or str(info.value).startswith(f"{prm}:{reason}")
 
 
+# ------------------------------------------------------------------------------------------- QUOTE_LABEL (nk.prm)
+
+# The settings of EVALB's nk.prm (nikitakit/self-attentive-parser, EVALB/nk.prm: new.prm with MAX_ERROR 10000).
+NK_PRM = """DEBUG 0
+MAX_ERROR 10000
+CUTOFF_LEN 40
+LABELED 1
+DELETE_LABEL TOP
+DELETE_LABEL S1
+DELETE_LABEL -NONE-
+DELETE_LABEL ,
+DELETE_LABEL :
+DELETE_LABEL ``
+DELETE_LABEL ''
+DELETE_LABEL .
+DELETE_LABEL ?
+DELETE_LABEL !
+DELETE_LABEL_FOR_LENGTH -NONE-
+QUOTE_LABEL ``
+QUOTE_LABEL ''
+QUOTE_LABEL POS
+QUOTE_LABEL NN
+QUOTE_LABEL CD
+QUOTE_LABEL VBZ
+QUOTE_LABEL :
+EQ_LABEL ADVP PRT
+"""
+
+# Gold and test lines where a quote terminal (', " or / tagged with a QUOTE_LABEL) is deleted on one side only.
+QUOTE_PAIRS = [
+    # 1. possessive ' tagged '' in the test (deleted there): put back into the test
+    (
+        "(TOP (S (NP (NP (NNS dogs) (POS ')) (NNS bones)) (VP (VBP are) (ADJP (JJ big))) (. .)))",
+        "(TOP (S (NP (NNS dogs)) ('' ') (NP (NNS bones)) (VP (VBP are) (ADJP (JJ big))) (. .)))",
+    ),
+    # 2. closing quote ' deleted in the gold, POS in the test: put back into the gold, inside its open brackets
+    (
+        "(TOP (S (NP (PRP He)) (VP (VBD said) (`` `) (S (NP (PRP it)) (VP (VBD rained))) ('' ')) (. .)))",
+        "(TOP (S (NP (PRP He)) (VP (VBD said) (`` `) (S (NP (PRP it)) (VP (VBD rained) (POS ')))) (. .)))",
+    ),
+    # 3. the word / as : (deleted) against CD: brackets opened after it move right
+    (
+        "(TOP (S (NP (CD 1) (: /) (CD 2)) (VP (VBZ remains)) (. .)))",
+        "(TOP (S (NP (CD 1)) (CD /) (NP (CD 2)) (VP (VBZ remains)) (. .)))",
+    ),
+    # 4. two misquotes that cancel out: equal word counts, so no repair and the words differ (error)
+    (
+        "(TOP (S (NP (NP (NP (NNS boys) (POS ')) (NNS toys)) (CC and) (NP (NNS girls) ('' '))) (VP (VBP wait)) (. .)))",
+        "(TOP (S (NP (NP (NNS boys) ('' ') (NNS toys)) (CC and) (NP (NP (NNS girls) (POS ')))) (VP (VBP wait)) (. .)))",
+    ),
+    # 5. two misquotes in the test: both put back, the second at its shifted position
+    (
+        "(TOP (S (NP (NP (NP (NNS boys) (POS ')) (NNS toys)) (CC and) (NP (NP (NNS girls) (POS ')) (NNS games)))"
+        " (VP (VBD broke)) (. .)))",
+        "(TOP (S (NP (NP (NNS boys) ('' ') (NNS toys)) (CC and) (NP (NNS girls) ('' ') (NNS games))) (VP (VBD broke))"
+        " (. .)))",
+    ),
+    # 6. the quote is missing from the test: nothing to put back (error)
+    (
+        "(TOP (S (NP (NP (NNS dogs) (POS ')) (NNS bones)) (VP (VBP are) (ADJP (JJ big))) (. .)))",
+        "(TOP (S (NP (NNS dogs) (NNS bones)) (VP (VBP are) (ADJP (JJ big))) (. .)))",
+    ),
+    # 7. the word " tagged NN in the test: the gold '' is put back
+    (
+        "(TOP (S (NP (NNP Ann)) (VP (VBD wrote) (NP ('' \") (NN hi) ('' \"))) (. .)))",
+        "(TOP (S (NP (NNP Ann)) (VP (VBD wrote) (NP ('' \") (NN hi) (NN \"))) (. .)))",
+    ),
+    # 8. a gold bracket over a deleted quote only (PRN) spans a word once the quote is back, and is scored
+    (
+        "(TOP (S (NP (NNS dogs)) (VP (VBP bark)) (PRN ('' ')) (. .)))",
+        "(TOP (S (NP (NNS dogs)) (VP (VBP bark) (POS ')) (. .)))",
+    ),
+    # 9. the PTB closing quote '' is no quote word to EVALB (error)
+    (
+        "(TOP (S (NP (PRP I)) (VP (VBD agreed)) ('' '') (. .)))",
+        "(TOP (S (NP (PRP I)) (VP (VBD agreed) (POS '')) (. .)))",
+    ),
+    # 10. nor is the possessive 's (error)
+    (
+        "(TOP (S (NP (NP (NNP John) (POS 's)) (NN dog)) (VP (VBZ runs)) (. .)))",
+        "(TOP (S (NP (NNP John)) ('' 's) (NP (NN dog)) (VP (VBZ runs)) (. .)))",
+    ),
+    # 11. no quote: punctuation attached elsewhere, deleted on both sides
+    ("(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))", "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (. .))))"),
+]
+
+# EVALB 2006's output for QUOTE_PAIRS, the reference: evalb.c of nikitakit/self-attentive-parser (folder EVALB/, commit
+# 7b1da8fa406e50e3f25bc7dcab0a434965d0b73a), compiled with gcc -O2 and run as `evalb -p nk.prm gold test`, then with
+# nk.prm less its QUOTE_LABEL lines. Rows: ID Len Stat Recall Prec Matched Gold Test Cross Words Tags Accuracy. The
+# 2006 program shows 0 words in an error row; ours shows the gold word count there (1997 rows, see the module).
+NK_ROWS_2006 = [
+    [1, 6, 0, 60.00, 60.00, 3, 5, 5, 0, 5, 4, 80.00],
+    [2, 7, 0, 66.67, 66.67, 4, 6, 6, 1, 5, 4, 80.00],
+    [3, 5, 0, 66.67, 50.00, 2, 3, 4, 0, 4, 3, 75.00],
+    [4, 8, 1, 0.00, 0.00, 0, 0, 0, 0, 0, 0, 0.00],
+    [5, 9, 0, 71.43, 100.00, 5, 7, 5, 0, 8, 6, 75.00],
+    [6, 6, 1, 0.00, 0.00, 0, 0, 0, 0, 0, 0, 0.00],
+    [7, 6, 0, 100.00, 100.00, 4, 4, 4, 0, 4, 3, 75.00],
+    [8, 4, 0, 50.00, 66.67, 2, 4, 3, 0, 3, 2, 66.67],
+    [9, 4, 1, 0.00, 0.00, 0, 0, 0, 0, 0, 0, 0.00],
+    [10, 5, 1, 0.00, 0.00, 0, 0, 0, 0, 0, 0, 0.00],
+    [11, 4, 0, 100.00, 100.00, 3, 3, 3, 0, 3, 3, 100.00],
+]
+NK_TOTALS_2006 = [71.88, 76.67, 23, 32, 30, 1, 32, 25, 78.12]
+NK_SUMMARY_2006 = {
+    "Number of sentence": 11,
+    "Number of Error sentence": 4,
+    "Number of Skip  sentence": 0,
+    "Number of Valid sentence": 7,
+    "Bracketing Recall": 71.88,
+    "Bracketing Precision": 76.67,
+    "Bracketing FMeasure": 74.19,
+    "Complete match": 28.57,
+    "Average crossing": 0.14,
+    "No crossing": 85.71,
+    "2 or less crossing": 100.00,
+    "Tagging accuracy": 78.12,
+}
+# Without QUOTE_LABEL every pair but the last is an error sentence (length or words differ); their lengths:
+NO_QUOTE_LENGTHS_2006 = [6, 7, 5, 8, 9, 6, 6, 4, 4, 5]
+NO_QUOTE_ROWS_2006 = [[i, n, 1, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0.0] for i, n in enumerate(NO_QUOTE_LENGTHS_2006, 1)]
+NO_QUOTE_ROWS_2006.append(NK_ROWS_2006[10])
+NO_QUOTE_TOTALS_2006 = [100.00, 100.00, 3, 3, 3, 0, 3, 3, 100.00]
+NO_QUOTE_SUMMARY_2006 = {
+    **{k: 100.00 for k in NK_SUMMARY_2006 if not k.startswith(("Number", "Average"))},
+    "Number of sentence": 11,
+    "Number of Error sentence": 10,
+    "Number of Skip  sentence": 0,
+    "Number of Valid sentence": 1,
+    "Average crossing": 0.00,
+}
+
+
+def test_read_params_quote_label_and_nk_prm(tmp_path):
+    prm = tmp_path / "nk.prm"
+    prm.write_text(NK_PRM)
+    params = read_params(prm)
+    assert params.quote_labels == ("``", "''", "POS", "NN", "CD", "VBZ", ":")
+    assert params.delete_labels == ("TOP", "S1", "-NONE-", ",", ":", "``", "''", ".", "?", "!")
+    assert (params.max_error, params.cutoff_len, params.labeled) == (10000, 40, True)
+    assert params.delete_labels_for_length == ("-NONE-",) and params.eq_labels == (("ADVP", "PRT"),)
+    prm.write_text("QUOTE_LABEL POS\n")
+    assert read_params(prm) == Params(quote_labels=("POS",))
+    prm.write_text("QUOTE_LABELS POS\n")
+    with pytest.raises(TreeError, match="unknown keyword 'QUOTE_LABELS'.*QUOTE_LABEL"):
+        read_params(prm)
+
+
+def quote_report(tmp_path, prm_text: str) -> tuple[str, Params]:
+    """Our per-sentence report on QUOTE_PAIRS with these settings, and the settings as read."""
+    gold, test, prm = tmp_path / "gold.txt", tmp_path / "test.txt", tmp_path / "p.prm"
+    gold.write_text("".join(g + "\n" for g, _ in QUOTE_PAIRS))
+    test.write_text("".join(t + "\n" for _, t in QUOTE_PAIRS))
+    prm.write_text(prm_text)
+    return evalb_command(gold, test, prm, per_sentence=True), read_params(prm)
+
+
+@pytest.mark.parametrize("quote_label", [True, False])
+def test_quote_label_matches_evalb_2006(tmp_path, quote_label):
+    rows, totals, summary = NK_ROWS_2006, NK_TOTALS_2006, NK_SUMMARY_2006
+    prm_text = NK_PRM
+    if not quote_label:  # the same settings less QUOTE_LABEL: a scorer that ignored the keyword would give these
+        rows, totals, summary = NO_QUOTE_ROWS_2006, NO_QUOTE_TOTALS_2006, NO_QUOTE_SUMMARY_2006
+        prm_text = "".join(line + "\n" for line in NK_PRM.splitlines() if not line.startswith("QUOTE_LABEL"))
+    report, params = quote_report(tmp_path, prm_text)
+    ours_rows, ours_totals, ours_blocks = parse_rsl(report)
+    assert len(ours_rows) == len(rows) == len(QUOTE_PAIRS)
+    for ours, expected, (gold, _) in zip(ours_rows, rows, QUOTE_PAIRS):
+        if expected[2] != OK:  # an error row's Words column: the gold word count (1997 program), not 0 (2006)
+            assert ours[9] == sum(t.label not in params.delete_labels for t in parse_tree(gold).preterminals())
+            ours = ours[:9] + [0.0] + ours[10:]
+        assert ours == expected, f"sentence {expected[0]}"
+    assert ours_totals == totals
+    for title in ("All", "len<=40"):
+        assert ours_blocks[title] == summary, title
+    assert (ours_blocks["All"]["Bracketing FMeasure"] == 74.19) == quote_label
+
+
 # ------------------------------------------------------------------------------------------------------ rules
 
 
@@ -247,3 +425,14 @@ def test_two_empty_files_are_refused_not_scored_as_zero(tmp_path, capsys):
     assert main(["evalb", str(gold), str(test)]) == 1
     err = capsys.readouterr().err
     assert f"{gold}: the file is empty" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_line_count_mismatch_names_the_empty_lines(tmp_path):
+    gold, test = tmp_path / "gold.txt", tmp_path / "test.txt"
+    gold.write_text("(ROOT (S (NN a) (VB b)))\n\n(ROOT (S (NN c) (VB d)))\n")
+    test.write_text("(ROOT (S (NN a) (VB b)))\n(ROOT (S (NN c) (VB d)))\n")
+    with pytest.raises(TreeError, match=r"has 3 lines but .* has 2; .*gold.txt:2 is empty: an empty line counts"):
+        evalb_command(gold, test)
+    test.write_text("\n\n(ROOT (S (NN a) (VB b)))\n\n(ROOT (S (NN c) (VB d)))\n")
+    with pytest.raises(TreeError, match=r"gold.txt:2 is empty; .*test.txt has empty lines 1, 2, 4:"):
+        evalb_command(gold, test)

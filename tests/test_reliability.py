@@ -481,3 +481,14 @@ def test_a_metrics_line_torn_by_a_kill_does_not_stop_a_resume(env, capsys, tmp_p
     assert transduce(capsys, "train", recipe, "--out", tmp_path / "r", "--set", "train.max_steps=4").code == 0
     lines = (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()
     assert all(json.loads(line)["step"] <= 4 for line in lines)
+
+
+def test_attention_refuses_to_draw_an_own_output_over_the_piece_limit():
+    from transduce.cli.pictures import _check_own_output
+    from transduce.config import ConfigError
+
+    long = SimpleNamespace(target_pieces=["<s>"] + ["a"] * 100)
+    with pytest.raises(ConfigError, match="own output for --sentence has 100 pieces"):
+        _check_own_output(long, given=False)
+    _check_own_output(long, given=True)  # a given --target was checked before decoding, with its own message
+    _check_own_output(SimpleNamespace(target_pieces=["<s>"] + ["a"] * 99), given=False)

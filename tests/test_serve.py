@@ -383,6 +383,27 @@ def test_parse_answers_one_tree_per_sentence_over_its_words(parse_client, parser
     assert [t["tree"] for t in greedy] == parser.parse(text[:2], beam=1, alpha=0.0)
 
 
+def test_info_reports_the_beam_bound_that_is_enforced(parser):
+    """A parsing run's own default beam is above max_beam here: /v1/info reports the bound requests are held to."""
+    beam = parser.decode.beam
+    assert beam > 1
+    with TestClient(create_app(parser, limits=Limits(max_beam=1))) as test_client:
+        assert test_client.get("/v1/info").json()["limits"]["max_beam"] == beam
+        assert test_client.post("/v1/parse", json={"text": ["a b"], "beam": beam}).status_code == 200
+        error = error_of(test_client.post("/v1/parse", json={"text": ["a b"], "beam": beam + 1}), 422)
+        assert error["limit"] == "max_beam" and error["max"] == beam
+
+
+def test_attention_maps_are_bounded_in_pieces(translator, sentences):
+    with TestClient(create_app(translator, limits=Limits(max_attention_pieces=4))) as test_client:
+        error = error_of(test_client.post("/v1/attention", json={"text": sentences[0], "target": "a"}), 422)
+        assert error["limit"] == "max_attention_pieces" and error["max"] == 4 and "the source has" in error["message"]
+        long_target = " ".join(["a"] * 20)
+        error = error_of(test_client.post("/v1/attention", json={"text": "a", "target": long_target}), 422)
+        assert "the target has" in error["message"]
+        assert test_client.get("/v1/info").json()["limits"]["max_attention_pieces"] == 4
+
+
 @pytest.mark.parametrize(
     "body, limit",
     [

@@ -33,6 +33,7 @@ def cmd_attention(args) -> int:
 
             raise ConfigError(f"--head {head}: the model has heads 0 to {heads - 1}")
     maps = translator.attention(args.src, args.tgt)
+    _check_own_output(maps, given=args.tgt is not None)
     formats = tuple(args.format) or ("png",)
     drawn = plot_attention(maps, args.out, layers=layers, heads=args.head or None, formats=formats)
     print(f"source: {' '.join(maps.source_pieces)}\ntarget: {' '.join(maps.target_pieces)}")
@@ -81,6 +82,20 @@ def _check_picture_input(translator, source: str, target: str | None) -> None:
                 f"{side}: pictures are limited to {MAX_PIECES} pieces per side (and {20 * MAX_PIECES:,} characters); "
                 f"this one has {size}: draw a shorter one"
             )
+
+
+def _check_own_output(maps, *, given: bool) -> None:
+    """Without --target the model's own output is drawn: it is held to the same limit as a given one (the decoder's
+    input row <s> aside), checked before any picture is written."""
+    from ..config import ConfigError
+    from ..plot import MAX_PIECES
+
+    n = len(maps.target_pieces) - 1
+    if not given and n >= MAX_PIECES:
+        raise ConfigError(
+            f"the model's own output for --sentence has {n} pieces; pictures are limited to {MAX_PIECES} pieces per "
+            "side: give a shorter --sentence, or the --target to draw"
+        )
 
 
 def _pieces(model, text: str, *, target: bool) -> int:

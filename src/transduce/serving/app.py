@@ -47,6 +47,7 @@ class Limits:
     max_chars: int = 2000  # characters per text (422)
     max_body_bytes: int = 1_000_000  # request body (413)
     max_beam: int = 16  # 1 <= nbest <= beam <= max_beam (422); the run's own default beam is always allowed
+    max_attention_pieces: int = 100  # /v1/attention: pieces per side (422), the CLI's picture limit (plot.MAX_PIECES)
     timeout_s: float = 30.0  # a request not answered by then gets 504
 
 
@@ -202,6 +203,12 @@ class Service:
                     index=i,
                 )
 
+    @property
+    def max_beam(self) -> int:
+        """The beam bound requests are held to: Limits.max_beam, or the run's own default beam when larger (a
+        parsing run decodes with the paper's beam 21, and a request that asks for nothing is never refused)."""
+        return max(self.limits.max_beam, _decode_defaults(self.predictor).beam)
+
     def info(self) -> dict[str, Any]:
         return {
             "task": self.task,
@@ -209,7 +216,7 @@ class Service:
             **self.metadata,
             "parameters": _parameters(self.predictor),
             **TASKS[self.task].describe(self.predictor),
-            "limits": asdict(self.limits),
+            "limits": {**asdict(self.limits), "max_beam": self.max_beam},
             "batching": {
                 "enabled": self.batching,
                 "max_tokens": self.batcher.max_tokens,
@@ -252,7 +259,7 @@ def _decode_options(service: Service, beam: int | None, alpha: float | None, nbe
     defaults = _decode_defaults(service.predictor)
     beam = defaults.beam if beam is None else beam
     alpha = defaults.alpha if alpha is None else alpha
-    bound = max(service.limits.max_beam, defaults.beam)
+    bound = service.max_beam
     if beam > bound:
         raise ApiError(
             422, "limit_exceeded", f"beam {beam} is above the server's maximum {bound}", limit="max_beam", max=bound
@@ -313,6 +320,17 @@ async def _attention(service: Service, request: AttentionRequest, target_of: Cal
         output = (await service.batcher.submit([request.text], _decode_defaults(service.predictor)))[0]
         target = target_of(output)
     maps = await service.batcher.call(service.predictor.attention, request.text, target)
+    cap = service.limits.max_attention_pieces
+    for side, pieces in (("source", maps.source_pieces), ("target", maps.target_pieces)):
+        if len(pieces) > cap:  # the maps grow with source x target pieces x layers x heads
+            what = "the model's output" if side == "target" and request.target is None else f"the {side}"
+            raise ApiError(
+                422,
+                "limit_exceeded",
+                f"{what} has {len(pieces)} pieces, at most {cap} allowed for attention maps",
+                limit="max_attention_pieces",
+                max=cap,
+            )
     cross = maps.cross.float().round(decimals=4)  # (L, H, T, S); 4 decimals keep the JSON small
     return AttentionResponse(
         source_pieces=maps.source_pieces,

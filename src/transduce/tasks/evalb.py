@@ -2,8 +2,8 @@
 
 The rules, as EVALB's README and program define them, and as this module applies them:
 - Parameters come from a .prm file: DEBUG, MAX_ERROR, CUTOFF_LEN, LABELED, DELETE_LABEL, DELETE_LABEL_FOR_LENGTH,
-  EQ_LABEL, EQ_WORD (`read_params`). COLLINS.prm is the standard file; `default_params` adds DELETE_LABEL ROOT so
-  that trees rooted in ROOT (GUM, this project's parser) are scored in the usual setting.
+  QUOTE_LABEL, EQ_LABEL, EQ_WORD (`read_params`). COLLINS.prm is the standard file; `default_params` adds
+  DELETE_LABEL ROOT so that trees rooted in ROOT (GUM, this project's parser) are scored in the usual setting.
 - A preterminal whose tag is a DELETE_LABEL (COLLINS.prm: punctuation and -NONE-) is removed with its word, in both
   trees. The length of a sentence (for the CUTOFF_LEN block) counts the gold words whose tag is not a
   DELETE_LABEL_FOR_LENGTH, so punctuation counts there even though it is not scored.
@@ -12,22 +12,29 @@ The rules, as EVALB's README and program define them, and as this module applies
 - Brackets match as a multiset: each gold bracket takes the first unmatched test bracket with the same span and an
   equal label (EQ_LABEL pairs count as equal; LABELED 0 ignores labels).
 - A test sentence without words is skipped (status 2); one whose words differ from the gold words in number or
-  spelling (EQ_WORD pairs are equal) is an error sentence (status 1). Both are left out of every total; EVALB stops
-  after MAX_ERROR + 1 error sentences. `strict=True` (this project's addition) keeps them in: their gold brackets and
-  words count, with nothing matched, so a parser cannot gain by failing on hard sentences.
+  spelling (EQ_WORD pairs are equal) is an error sentence (status 1), unless QUOTE_LABEL repairs it (below). Both
+  are left out of every total; EVALB stops after MAX_ERROR + 1 error sentences. `strict=True` (this project's
+  addition) keeps them in: their gold brackets and words count, with nothing matched, so a parser cannot gain by
+  failing on hard sentences.
 - Crossing brackets: test brackets that overlap some gold bracket without nesting. Tagging accuracy compares the tags
   of the (undeleted) words.
+- QUOTE_LABEL (EVALB 2006, new.prm and nk.prm): a quote word (', " or /) whose tag is a QUOTE_LABEL is a quote
+  terminal. When the two sides differ in word count, a quote terminal that one side deletes (tag a DELETE_LABEL) and
+  the other keeps, at the same word position and with a different tag, is put back into the side that deleted it,
+  inside the brackets that were open around it (`_fix_quotes`); the sentence is then scored if the words agree.
 
 The per-sentence rows follow EVALB's 1997 program, whose output is the distribution's `sample.rsl` (an error or
 skipped sentence shows its gold word count in the Words column); the totals row and the summary follow the 2006
 program (crossing total = sum of the rows; an FMeasure line). Departures, none of which changes a score that EVALB
-prints: no fixed limits on sentence length or bracket count; no debug printout; FMeasure is 0.00 where EVALB prints
-nan (no bracket at all); an unreadable test line is an error sentence, a gold file that cannot be read, or test and
-gold files with different numbers of lines, stop with a TreeError (EVALB prints an error and goes on, or loops).
+prints: no fixed limits on sentence length, bracket count or quote terminals; no debug printout; FMeasure is 0.00
+where EVALB prints nan (no bracket at all); an unreadable test line is an error sentence, a gold file that cannot be
+read, or test and gold files with different numbers of lines, stop with a TreeError (EVALB prints an error and goes
+on, or loops).
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -52,6 +59,7 @@ class Params:
     labeled: bool = True
     delete_labels: tuple[str, ...] = ()
     delete_labels_for_length: tuple[str, ...] = ()
+    quote_labels: tuple[str, ...] = ()
     eq_labels: tuple[tuple[str, str], ...] = ()
     eq_words: tuple[tuple[str, str], ...] = ()
 
@@ -87,7 +95,7 @@ def read_params(path: str | Path) -> Params:
     than 3 characters are ignored (EVALB's rules). Unknown keywords and malformed values are refused (EVALB only
     warns, which would let a misspelt DELETE_LABEL change scores silently)."""
     values: dict[str, int] = {}
-    lists: dict[str, list[str]] = {"DELETE_LABEL": [], "DELETE_LABEL_FOR_LENGTH": []}
+    lists: dict[str, list[str]] = {"DELETE_LABEL": [], "DELETE_LABEL_FOR_LENGTH": [], "QUOTE_LABEL": []}
     pairs: dict[str, list[tuple[str, str]]] = {"EQ_LABEL": [], "EQ_WORD": []}
     for number, text in read_lines(path):
         text = text.rstrip()
@@ -115,7 +123,7 @@ def read_params(path: str | Path) -> Params:
         else:
             raise fail(
                 f"unknown keyword {key!r} (DEBUG, MAX_ERROR, CUTOFF_LEN, LABELED, DELETE_LABEL, "
-                "DELETE_LABEL_FOR_LENGTH, EQ_LABEL, EQ_WORD)"
+                "DELETE_LABEL_FOR_LENGTH, QUOTE_LABEL, EQ_LABEL, EQ_WORD)"
             )
     defaults = Params()
     return Params(
@@ -125,6 +133,7 @@ def read_params(path: str | Path) -> Params:
         labeled=values["labeled"] != 0 if "labeled" in values else defaults.labeled,
         delete_labels=tuple(lists["DELETE_LABEL"]),
         delete_labels_for_length=tuple(lists["DELETE_LABEL_FOR_LENGTH"]),
+        quote_labels=tuple(lists["QUOTE_LABEL"]),
         eq_labels=tuple(pairs["EQ_LABEL"]),
         eq_words=tuple(pairs["EQ_WORD"]),
     )
@@ -133,15 +142,34 @@ def read_params(path: str | Path) -> Params:
 # --------------------------------------------------------------------------------------------------------- scoring
 
 
+_QUOTE_WORDS = ("'", '"', "/")  # the only words EVALB takes for quote terminals, whatever QUOTE_LABEL lists
+
+_Bracket = tuple[int, int, str]
+
+
+@dataclass
+class _Quote:
+    """A quote terminal as read: its word and tag, the word position where it stands (where it would stand, if its
+    tag is deleted), how many brackets opened before it, and the brackets open around it (indices into spans)."""
+
+    word: str
+    tag: str
+    position: int
+    brackets_before: int
+    enclosing: tuple[int, ...]
+
+
 @dataclass
 class _Side:
-    """One sentence as EVALB sees it: the undeleted words and tags, the scored brackets (start, end, label) in the
-    order their brackets open, and the length used for the CUTOFF_LEN block."""
+    """One sentence as EVALB sees it: the undeleted words and tags, every bracket [start, end, label] in the order
+    the brackets open (empty and deleted ones too: `_scored_brackets` leaves them out), the length used for the
+    CUTOFF_LEN block, and the quote terminals (QUOTE_LABEL)."""
 
-    words: list[str]
-    tags: list[str]
-    brackets: list[tuple[int, int, str]]
-    length: int
+    words: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    spans: list[list] = field(default_factory=list)
+    length: int = 0
+    quotes: list[_Quote] = field(default_factory=list)
 
 
 def _truncate(label: str) -> str:
@@ -152,39 +180,92 @@ def _truncate(label: str) -> str:
 
 def _read_side(sentence: Tree | Sequence[Tree] | None, params: Params) -> _Side:
     roots = [] if sentence is None else [sentence] if isinstance(sentence, Tree) else list(sentence)
-    words: list[str] = []
-    tags: list[str] = []
-    spans: list[list] = []  # [start, end, label], appended when a bracket opens
-    length = 0
+    side = _Side()
+    open_spans: list[int] = []
 
     def visit(node: Tree) -> None:
-        nonlocal length
         if node.is_preterminal:
-            # EVALB compares tags with the deletion lists as they are written: no truncation, no EQ_LABEL.
-            length += node.label not in params.delete_labels_for_length
+            # EVALB compares tags with the deletion and quote lists as they are written: no truncation, no EQ_LABEL.
+            word: str = node.children[0]  # type: ignore[assignment]
+            side.length += node.label not in params.delete_labels_for_length
+            if node.label in params.quote_labels and word in _QUOTE_WORDS:
+                side.quotes.append(_Quote(word, node.label, len(side.words), len(side.spans), tuple(open_spans)))
             if node.label not in params.delete_labels:
-                words.append(node.children[0])  # type: ignore[arg-type]
-                tags.append(node.label)
+                side.words.append(word)
+                side.tags.append(node.label)
             return
-        span = [len(words), 0, node.label]
-        spans.append(span)
+        span = [len(side.words), 0, node.label]
+        open_spans.append(len(side.spans))
+        side.spans.append(span)
         for child in node.children:
             if isinstance(child, Tree):
                 visit(child)
-        span[1] = len(words)
+        open_spans.pop()
+        span[1] = len(side.words)
 
     for root in roots:
         visit(root)
+    return side
+
+
+def _scored_brackets(side: _Side, params: Params) -> list[_Bracket]:
+    """The brackets EVALB scores: labels truncated; those that span no word, or whose label is a DELETE_LABEL
+    (EQ_LABEL applies), left out."""
     brackets = []
-    for start, end, label in spans:
+    for start, end, label in side.spans:
         label = _truncate(label)
         if start == end or any(params.label_equal(label, d) for d in params.delete_labels):
             continue
         brackets.append((start, end, label))
-    return _Side(words, tags, brackets, length)
+    return brackets
 
 
-def _match(gold: list[tuple[int, int, str]], test: list[tuple[int, int, str]], params: Params) -> int:
+def _reinsert(side: _Side, quote: _Quote) -> None:
+    """EVALB's reinsert_term: the quote's word and tag go back in at its position; brackets opened after it move one
+    word right, and those open around it grow by one word."""
+    side.words.insert(quote.position, quote.word)
+    side.tags.insert(quote.position, quote.tag)
+    for span in side.spans[quote.brackets_before :]:
+        span[0] += 1
+        span[1] += 1
+    for k in quote.enclosing:
+        side.spans[k][1] += 1
+
+
+def _fix_quotes(gold: _Side, test: _Side, params: Params) -> None:
+    """EVALB's fix_quote (run only when the word counts differ), in place. Each test quote in turn is paired with
+    every gold quote that has its position and another tag; where exactly one of the two tags is a DELETE_LABEL,
+    that quote is put back into its side, and the positions of its side's quotes from it on move one word right.
+    As in EVALB, the position compared is the test quote's when its turn comes, each side counting its own words."""
+    deleted = params.delete_labels
+    for t_index, t_quote in enumerate(test.quotes):
+        position = t_quote.position
+        for g_index, g_quote in enumerate(gold.quotes):
+            if g_quote.position != position or g_quote.tag == t_quote.tag:
+                continue
+            if g_quote.tag in deleted and t_quote.tag not in deleted:
+                side, quote, later = gold, g_quote, gold.quotes[g_index:]
+            elif t_quote.tag in deleted and g_quote.tag not in deleted:
+                side, quote, later = test, t_quote, test.quotes[t_index:]
+            else:
+                continue
+            _reinsert(side, quote)
+            for q in later:
+                q.position += 1
+
+
+def _align(gold: _Side, test: _Side, params: Params) -> tuple[_Side, _Side] | None:
+    """The two sides with the same words (EQ_WORD pairs are equal), or None: an error sentence. Where the word counts
+    differ, the QUOTE_LABEL repair is tried first, on copies (an error row shows the sentence as read)."""
+    if len(gold.words) != len(test.words) and gold.quotes and test.quotes:
+        gold, test = copy.deepcopy(gold), copy.deepcopy(test)
+        _fix_quotes(gold, test, params)
+    if len(gold.words) != len(test.words) or not all(map(params.word_equal, gold.words, test.words)):
+        return None
+    return gold, test
+
+
+def _match(gold: list[_Bracket], test: list[_Bracket], params: Params) -> int:
     """Multiset matching in EVALB's order: each gold bracket takes the first unmatched test bracket with its span
     and an equal label (the order matters only when EQ_LABEL pairs chain, A=B and B=C but not A=C)."""
     by_span: dict[tuple[int, int], list[int]] = {}
@@ -201,7 +282,7 @@ def _match(gold: list[tuple[int, int, str]], test: list[tuple[int, int, str]], p
     return matched
 
 
-def _crossing(gold: list[tuple[int, int, str]], test: list[tuple[int, int, str]]) -> int:
+def _crossing(gold: list[_Bracket], test: list[_Bracket]) -> int:
     """Test brackets that overlap a gold bracket without either containing the other (counted per test bracket)."""
     return sum(any(g0 < t0 < g1 < t1 or t0 < g0 < t1 < g1 for g0, g1, _ in gold) for t0, t1, _ in test)
 
@@ -241,26 +322,25 @@ def score_sentence(
         raise gold
     g = _read_side(gold, params)
     t = None if isinstance(test, TreeError) else _read_side(test, params)
-    if t is not None and not t.words:
-        status = SKIP
-    elif t is None or len(t.words) != len(g.words) or not all(map(params.word_equal, g.words, t.words)):
-        status = ERROR
-    else:
-        correct = sum(map(params.label_equal, g.tags, t.tags))
+    aligned = None if t is None or not t.words else _align(g, t, params)
+    if aligned is not None:
+        g_fixed, t_fixed = aligned
+        gold_b, test_b = _scored_brackets(g_fixed, params), _scored_brackets(t_fixed, params)
         return SentenceScore(
             ident,
             g.length,
             OK,
-            _match(g.brackets, t.brackets, params),
-            len(g.brackets),
-            len(t.brackets),
-            _crossing(g.brackets, t.brackets),
-            len(g.words),
-            correct,
+            _match(gold_b, test_b, params),
+            len(gold_b),
+            len(test_b),
+            _crossing(gold_b, test_b),
+            len(g_fixed.words),
+            sum(map(params.label_equal, g_fixed.tags, t_fixed.tags)),
         )
+    status = SKIP if t is not None and not t.words else ERROR
     # Not scored: EVALB shows zeros (and, in its 1997 program, the gold word count); strict mode keeps the counts.
-    gold_n = len(g.brackets) if strict else 0
-    test_n = len(t.brackets) if strict and t is not None else 0
+    gold_n = len(_scored_brackets(g, params)) if strict else 0
+    test_n = len(_scored_brackets(t, params)) if strict and t is not None else 0
     return SentenceScore(ident, g.length, status, 0, gold_n, test_n, 0, len(g.words), 0)
 
 
@@ -477,6 +557,22 @@ def read_sentences(path: str | Path, *, gold: bool) -> list[Sentence]:
     return sentences
 
 
+def _empty_lines_hint(files) -> str:
+    """Where the counts differ because of empty lines, name them: an empty line is a sentence of its own to EVALB
+    (in a test file a parse that failed), so one blank line too many shifts every pair after it."""
+    named = []
+    for path, sentences in files:
+        empty = [str(i + 1) for i, s in enumerate(sentences) if s is None]
+        if len(empty) == 1:
+            named.append(f"{path}:{empty[0]} is empty")
+        elif empty:
+            more = f" and {len(empty) - 3} more" if len(empty) > 3 else ""
+            named.append(f"{path} has empty lines {', '.join(empty[:3])}{more}")
+    if not named:
+        return ""
+    return " (" + "; ".join(named) + ": an empty line counts as a sentence)"
+
+
 def evalb_command(
     gold_path: str | Path,
     test_path: str | Path,
@@ -495,5 +591,6 @@ def evalb_command(
     if len(gold) != len(test):
         raise TreeError(
             f"{gold_path} has {len(gold)} lines but {test_path} has {len(test)}; EVALB pairs them line by line"
+            + _empty_lines_hint(((gold_path, gold), (test_path, test)))
         )
     return format_report(score_corpus(gold, test, params, strict=strict), per_sentence=per_sentence)
