@@ -3,6 +3,7 @@
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -103,7 +104,7 @@ def test_export_writes_the_model_its_vocabulary_in_our_ids_and_the_tokenizer(exp
 def test_float32_greedy_translations_and_scores_equal_ours(exports, penalty):
     """Greedy tokens do not depend on the penalty; the score log P / lp(|Y|) is computed as ours, EOS in |Y|."""
     ours, sources = exports["ours"], exports["sources"] + [""]
-    theirs = CTranslate2Translator(exports["float32"], threads=THREADS)
+    theirs = CTranslate2Translator(exports["float32"], threads=THREADS, exact=True)
     assert_same_network(ours, theirs, exports["sources"])
     options = {"beam": 1, "alpha": 0.6, "length_penalty": penalty}
     expected, got = ours.translate_nbest(sources, **options), theirs.translate_nbest(sources, **options)
@@ -123,7 +124,7 @@ def test_float32_beam4_differs_from_ours_only_where_its_search_is_narrower(expor
     have the same score (log P / |Y|^alpha, EOS in |Y|).
     """
     ours, sources = exports["ours"], exports["sources"]
-    theirs = CTranslate2Translator.from_run(exports["run"], threads=THREADS)  # exported on the fly
+    theirs = CTranslate2Translator.from_run(exports["run"], threads=THREADS, exact=True)  # exported on the fly
     options = {"beam": 4, "alpha": alpha, "length_penalty": penalty, "nbest": 4}
     expected, got = ours.translate_nbest(sources, **options), theirs.translate_nbest(sources, **options)
     assert [h[0].text for h in got] == theirs.translate(sources, **{**options, "nbest": 1})
@@ -146,11 +147,33 @@ def test_float32_beam4_differs_from_ours_only_where_its_search_is_narrower(expor
         assert mine[0].score >= their_best - 1e-4, source
     print(f"beam 4, {penalty} penalty: {same}/{len(sources)} identical, {compared} n-best scores compared")
     assert compared >= len(sources)
-    assert same == len(sources)  # identical outputs (patience 4; with the engine's patience 1: 27/30 for "length")
+    assert same == len(sources)  # identical outputs (exact: patience 4; with the engine's patience 1: 27/30, "length")
+
+
+def test_the_default_path_decodes_in_one_engine_call_and_exact_in_one_per_length(exports, monkeypatch):
+    """The engine's speed: the whole input in one translate_batch call with patience 1 and the longest source's
+    maximum output; `exact`: one call per source length (its own maximum), patience 4."""
+    sources = exports["sources"]
+    lengths = {len(ids) for ids in exports["ours"].tokenizer.encode(sources)}
+    assert len(lengths) > 1
+    for exact, calls_expected, patience in ((False, 1, 1.0), (True, len(lengths), 4.0)):
+        theirs = CTranslate2Translator(exports["float32"], threads=THREADS, exact=exact)
+        calls: list[dict] = []
+
+        def counted(batch, *, _calls=calls, _real=theirs.engine.translate_batch, **kw):
+            _calls.append(kw)
+            return _real(batch, **kw)
+
+        monkeypatch.setattr(theirs, "engine", SimpleNamespace(translate_batch=counted))
+        got = theirs.translate(sources + [""], beam=4)
+        assert len(got) == len(sources) + 1 and got[-1] == ""
+        assert len(calls) == calls_expected and {kw["patience"] for kw in calls} == {patience}
+        if not exact:
+            assert calls[0]["max_decoding_length"] == theirs.max_output(max(lengths)) - 1
 
 
 def test_gnmt_length_penalty_is_refused_for_beam_search_only(exports):
-    theirs = CTranslate2Translator(exports["float32"], threads=THREADS)
+    theirs = CTranslate2Translator(exports["float32"], threads=THREADS, exact=True)
     with pytest.raises(ValueError, match="GNMT"):
         theirs.translate(exports["sources"][:1], beam=4, length_penalty="gnmt")
     assert theirs.translate(exports["sources"][:1], beam=1, length_penalty="gnmt") == exports["ours"].translate(
@@ -219,7 +242,7 @@ def test_variants_compute_and_translate_as_ours(exports, tmp_path, model):
     run = make_run(tmp_path / "run", exports["run"] / "tokenizer.model", **model)
     out = export_ctranslate2(run, tmp_path / "export")
     ours, sources = Translator.from_run(run, device="cpu"), exports["sources"][:10]
-    theirs = CTranslate2Translator(out, threads=THREADS)
+    theirs = CTranslate2Translator(out, threads=THREADS, exact=True)
     assert_same_network(ours, theirs, sources)
     expected, got = ours.translate_nbest(sources, beam=1), theirs.translate_nbest(sources, beam=1)
     assert [h[0].tokens for h in got] == [h[0].tokens for h in expected]

@@ -269,6 +269,9 @@ CASES = {
         setup=_null_label,
         absent=("{tmp}/c",),
     ),
+    "translate --exact with the torch engine": Case(
+        ["translate", "{run}", "--exact", "--input", "{tmp}/text.en"], ("--exact applies to --engine ctranslate2",)
+    ),
     "translate a missing input file": Case(["translate", "{run}", "--input", "{tmp}/nope.en"], ("no such file",)),
     "an unknown shipped recipe": Case(["train", "nonsense", "--out", "{tmp}/r"], ("multi30k",)),
     "resume without a recipe where there is no run": Case(["train", "--out", "{tmp}/empty"], ("no run to resume",)),

@@ -17,10 +17,14 @@ def cmd_translate(args) -> int:
         from ..config import ConfigError
 
         raise ConfigError("--ensemble decodes with --engine torch only")
+    if args.exact and args.engine != "ctranslate2":
+        from ..config import ConfigError
+
+        raise ConfigError("--exact applies to --engine ctranslate2 (the torch engine is the reference)")
     lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
     translator: Translator | CTranslate2Translator
     if args.engine == "ctranslate2":
-        translator = CTranslate2Translator.from_run(args.run, device=args.device)
+        translator = CTranslate2Translator.from_run(args.run, device=args.device, exact=args.exact)
         max_len = translator.max_len
     else:
         translator = Translator.from_runs([args.run, *args.ensemble], device=args.device)
@@ -112,6 +116,12 @@ def register(sub) -> None:
         choices=["torch", "ctranslate2"],
         default="torch",
         help="ctranslate2: export on the fly (or give an export folder) and decode with CTranslate2",
+    )
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="with --engine ctranslate2: reproduce the torch decoder's output (one engine call per source length, "
+        "patience 4) instead of the engine's speed (one call, its own patience 1)",
     )
     p.set_defaults(func=cmd_translate)
 

@@ -21,9 +21,12 @@ def cmd_serve(args) -> int:
             f"the server needs FastAPI and uvicorn ({err.name} is missing): pip install 'transduce[serve]'"
         ) from None
     limits = Limits(max_sentences=args.max_sentences, max_chars=args.max_chars, timeout_s=args.timeout)
+    if args.exact and args.engine != "ctranslate2":
+        raise ConfigError("--exact applies to --engine ctranslate2 (the torch engine is the reference)")
     serve(
         args.run,
         engine=args.engine,
+        exact=args.exact,
         host=args.host,
         port=args.port,
         device=args.device,
@@ -49,6 +52,11 @@ def register(sub) -> None:
     p = sub.add_parser("serve", help="an HTTP API and a web page for a trained model (pip install 'transduce[serve]')")
     p.add_argument("run", help="run directory (translation or classification), or a CTranslate2 export folder")
     p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch")
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="with --engine ctranslate2: the torch decoder's output (slower) instead of the engine's speed",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--device", default="auto")

@@ -25,8 +25,10 @@ Decoding: what is the same in both engines and what is not.
     - Greedy search (beam 1): the engine returns the raw log-probability (`length_penalty=0`) and we divide it by
       our penalty, any of the three, as `search.greedy_search` does (greedy's tokens do not depend on it).
     - Maximum output length |x| + 50 (decode.max_len_a * |x| + decode.max_len_b, at most max_len - 1, counting
-      EOS): the engine takes one maximum per call, so sentences are decoded in groups of equal source length. We
-      force EOS at the last position; the engine is given one step less and stops there, which gives the same tokens.
+      EOS): the engine takes one maximum per call. By default all sentences go through one call with the maximum of
+      the longest source (a sentence may then run past its own |x| + 50, never past max_len - 1); with `exact=True`
+      sentences are decoded in groups of equal source length, each with its own maximum. We force EOS at the last
+      position; the engine is given one step less and stops there, which gives the same tokens.
     - PAD and BOS are never produced: we mask them after the log-softmax, the engine (`suppress_sequences`) before
       it, so its log-probabilities are renormalised over the other tokens and its scores are a little higher, by
       -log(1 - p(PAD) - p(BOS)) per step. Not negligible by construction: with tied embeddings PAD's row stays zero,
@@ -36,9 +38,10 @@ Decoding: what is the same in both engines and what is not.
       once beam x patience hypotheses have finished and returns the best of those by normalised score; ours stops
       once no unfinished hypothesis can beat its n-best. While both run, their unfinished hypotheses are the same;
       so, apart from rounding and the renormalisation above, the engine's best translation never has a higher
-      model score than ours (tested where they differ). This translator's default patience is 4: on the tests'
-      250-update model, patience 1 / 2 / 4 gave 64 / 69 / 70 of 70 toy sentences identical to ours with the
-      "length" penalty (70 / 70 / 70 with "none"; measured 2026-11-23; the tests now assert 30 of 30 at patience 4).
+      model score than ours (tested where they differ). The default is the engine's own patience, 1 (its speed);
+      `exact=True` uses 4: on the tests' 250-update model, patience 1 / 2 / 4 gave 64 / 69 / 70 of 70 toy sentences
+      identical to ours with the "length" penalty (70 / 70 / 70 with "none"; measured 2026-11-23; the tests assert
+      30 of 30 at patience 4 with `exact=True`).
       A hypothesis that reaches the maximum length counts its forced EOS in |Y| with us, not in the engine.
 """
 
@@ -301,10 +304,14 @@ class CTranslate2Translator:
     such a folder or a run directory (or weights file), which it exports into a temporary folder, loads, and
     deletes (the engine and SentencePiece keep their models in memory). The defaults are the run's [decode]
     settings, except that a run decoding with the GNMT length penalty gets "length" (|Y|^alpha), the form both
-    engines share, for beam search (`self.decode` says which). `patience`: the engine ends a sentence after
-    beam x patience finished hypotheses (the engine's own default is 1; ours, 4, decodes a little longer and
-    brings it to our search's result, see above). Thread-safe as the engine is, apart from
-    `truncated`, which describes the last call.
+    engines share, for beam search (`self.decode` says which).
+
+    Two ways to drive the engine. The default runs at the engine's speed: a whole input in one `translate_batch`
+    call (the engine batches and sorts by length itself, `batch_tokens` tokens a batch), patience 1, the maximum
+    output length of the longest source. `exact=True` reproduces our search's output: one call per source length
+    (each its own maximum) and patience 4 (the engine ends a sentence after beam x patience finished hypotheses;
+    4 decodes a little longer and brings it to our search's result, see above). `patience` overrides either.
+    Thread-safe as the engine is, apart from `truncated`, which describes the last call.
     """
 
     def __init__(
@@ -315,7 +322,8 @@ class CTranslate2Translator:
         device: str = "cpu",
         compute_type: str | None = None,
         threads: int = 0,
-        patience: float = 4.0,
+        exact: bool = False,
+        patience: float | None = None,
         tokenizer: Tokenizer | None = None,
     ) -> None:
         ct2 = _ctranslate2()
@@ -336,7 +344,8 @@ class CTranslate2Translator:
         self.piece_ids = {piece: i for i, piece in enumerate(self.pieces)}
         self.compute_type = compute_type or _compute_type(ct2, self.manifest.get("quantization"), device)
         self.engine = ct2.Translator(str(folder), device=device, compute_type=self.compute_type, intra_threads=threads)
-        self.patience = patience
+        self.exact = exact
+        self.patience = (4.0 if exact else 1.0) if patience is None else patience
         self.truncated: list[int] = []  # input indices cut to the model's max length in the last call
 
     @classmethod
@@ -398,17 +407,24 @@ class CTranslate2Translator:
         todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
         sources = self.encode_sources([sentences[i] for i in todo])
         self.truncated = [todo[j] for j in self.truncated]
-        groups: dict[int, list[int]] = {}  # source length -> positions in `sources` (one maximum per call)
-        for j, ids in enumerate(sources):
-            groups.setdefault(len(ids), []).append(j)
         with tqdm(total=len(sentences), unit="sent", disable=not progress, file=sys.stderr, leave=False) as bar:
-            for length in sorted(groups, reverse=True):
-                members = groups[length]
-                hyps = self._decode([sources[j] for j in members], self.max_output(length), batch_tokens, search)
+            for members in self._calls(sources):
+                longest = max(len(sources[j]) for j in members)
+                hyps = self._decode([sources[j] for j in members], self.max_output(longest), batch_tokens, search)
                 for j, sentence_hyps in zip(members, hyps):
                     results[todo[j]] = mbr_rerank(sentence_hyps, mbr)[:keep]
                 bar.update(len(members))
         return results
+
+    def _calls(self, sources: list[list[int]]) -> list[list[int]]:
+        """Positions in `sources` per engine call: all in one (the default), or one call per source length, longest
+        first (`exact`: each length its own maximum output)."""
+        if not self.exact:
+            return [list(range(len(sources)))] if sources else []
+        groups: dict[int, list[int]] = {}
+        for j, ids in enumerate(sources):
+            groups.setdefault(len(ids), []).append(j)
+        return [groups[length] for length in sorted(groups, reverse=True)]
 
     def translate(self, sentences: list[str], **kwargs) -> list[str]:
         """Translate raw sentences; returns raw translations in input order (empty input -> empty output)."""

@@ -213,6 +213,7 @@ class Service:
         return {
             "task": self.task,
             "engine": self.engine,
+            **({"exact": bool(self.predictor.exact)} if hasattr(self.predictor, "exact") else {}),
             **self.metadata,
             "parameters": _parameters(self.predictor),
             **TASKS[self.task].describe(self.predictor),
@@ -676,7 +677,9 @@ def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str
     return run_dir.resolve().name, kind, languages(data.get("src"), data.get("tgt"))
 
 
-def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "auto") -> tuple[Any, dict[str, Any]]:
+def load_predictor(
+    run: str | Path, *, engine: str = "torch", device: str = "auto", exact: bool = False
+) -> tuple[Any, dict[str, Any]]:
     """The predictor for a run directory (a parsing run's config says `"task": "parsing"`, a classifier run has a
     "head" section; engine "ctranslate2" also takes an export folder) and what /v1/info should tell of it."""
     from ..config import ConfigError
@@ -698,7 +701,7 @@ def load_predictor(run: str | Path, *, engine: str = "torch", device: str = "aut
     elif engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Translator
 
-        predictor = CTranslate2Translator.from_run(run, device=device)
+        predictor = CTranslate2Translator.from_run(run, device=device, exact=exact)
     else:
         from ..decoding.translator import Translator
 
@@ -749,6 +752,7 @@ def serve(
     run: str | Path,
     *,
     engine: str = "torch",
+    exact: bool = False,
     host: str = "127.0.0.1",
     port: int = 8000,
     device: str = "auto",
@@ -761,7 +765,7 @@ def serve(
 ) -> None:
     """Serve a run directory over HTTP (loopback only unless `host` says otherwise) until SIGTERM or Ctrl-C."""
     check_address(host, port)  # before the model is loaded: a taken port is one line, at once
-    predictor, metadata = load_predictor(run, engine=engine, device=device)
+    predictor, metadata = load_predictor(run, engine=engine, device=device, exact=exact)
     app = create_app(
         predictor,
         limits=limits,
