@@ -2,11 +2,15 @@
 
     .venv/bin/python benchmarks/engine_compare.py RUN [--beam 4] [--alpha 0.6] [--threads 2]
 Exports RUN to CTranslate2 twice (float32, int8) into temporary folders, then decodes the test set (default:
-Multi30k test_2016_flickr En->De) with each engine and with transduce's Translator, with the length penalty both
-engines share (|Y|^alpha, "length"); int8 also with the engine's own patience 1 (it stops a sentence after beam
-finished hypotheses instead of 4 x beam: faster, not always our output). For each: sentences/s and target
-tokens/s (tokenization, batching, search and detokenization included; loading and a 32-sentence warm-up excluded),
-sacreBLEU and chrF, and the share of sentences identical to transduce's output. The engines run one after the
+Multi30k test_2016_flickr En->De) with transduce's Translator and, for each export, three ways:
+    - "direct": the engine as its users drive it, one `translate_batch` call over all sentences (SentencePiece
+      pieces in, pieces out; beam and length penalty given, everything else the engine's defaults, batch_type
+      "tokens" with our 4,096-token batches);
+    - "--engine ctranslate2": our wrapper's default path (one call, patience 1, suppressed PAD/BOS, scores);
+    - "--exact": our wrapper's path that reproduces our search (one call per source length, patience 4).
+All with the length penalty both engines share (|Y|^alpha, "length"). For each: sentences/s and target tokens/s
+(tokenization, batching, search and detokenization included; loading and a 32-sentence warm-up excluded),
+sacreBLEU and chrF, and the share of sentences identical to transduce's output. Everything runs one after the
 other in this process, on the same threads.
 """
 
@@ -33,6 +37,21 @@ def timed(translator, sources: list[str], options: dict) -> tuple[list[str], flo
     return hyps, time.perf_counter() - start
 
 
+class Direct:
+    """One `translate_batch` call, as a CTranslate2 user writes it: pieces in, the best hypothesis's pieces out."""
+
+    def __init__(self, wrapper: CTranslate2Translator, batch_tokens: int) -> None:
+        self.engine, self.sp, self.batch_tokens = wrapper.engine, wrapper.tokenizer.sp, batch_tokens
+
+    def translate(self, sentences: list[str], *, beam: int, alpha: float, length_penalty: str) -> list[str]:
+        assert length_penalty == "length"
+        pieces = self.sp.encode(sentences, out_type=str)
+        results = self.engine.translate_batch(
+            pieces, beam_size=beam, length_penalty=alpha, max_batch_size=self.batch_tokens, batch_type="tokens"
+        )
+        return self.sp.decode([r.hypotheses[0] for r in results])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run")
@@ -41,6 +60,7 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--threads", type=int, default=0, help="0: torch's default")
+    parser.add_argument("--batch-tokens", type=int, default=4096, help="the engine's batch size, in tokens")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -53,11 +73,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="engine_compare-") as tmp:
         for quantization in ("float32", "int8"):
             folder = export_ctranslate2(args.run, Path(tmp) / quantization, quantization=quantization)
-            for patience in (4.0, 1.0) if quantization == "int8" else (4.0,):
-                engine = CTranslate2Translator(folder, threads=threads, patience=patience)
-                hyps, seconds = timed(engine, sources, options)
-                name = f"ctranslate2 {quantization}" + (", patience 1 (the engine's default)" if patience == 1 else "")
-                engines.append((name, hyps, seconds))
+            wrapper = CTranslate2Translator(folder, threads=threads)
+            hyps, seconds = timed(Direct(wrapper, args.batch_tokens), sources, options)
+            engines.append((f"ctranslate2 {quantization}, direct translate_batch", hyps, seconds))
+            hyps, seconds = timed(wrapper, sources, options)
+            engines.append((f"ctranslate2 {quantization}, --engine ctranslate2", hyps, seconds))
+            exact = CTranslate2Translator(folder, threads=threads, exact=True)
+            hyps, seconds = timed(exact, sources, options)
+            engines.append((f"ctranslate2 {quantization}, --exact", hyps, seconds))
     results = []
     for name, hyps, seconds in engines:
         s = score(hyps, references)

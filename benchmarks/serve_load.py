@@ -1,6 +1,7 @@
 """Load test of `transduce serve` over loopback: throughput and latency with and without dynamic batching.
 
     .venv/bin/python benchmarks/serve_load.py RUN --src FILE [--clients 32] [--requests 320] [--sentences 1]
+        [--engine torch|ctranslate2] [--modes both|batched]
 For each mode (one request at a time, then dynamic batching) a server for RUN is started in a subprocess on
 127.0.0.1, warmed up, then CLIENTS concurrent clients send REQUESTS requests in all (each SENTENCES lines of FILE,
 taken in turn) and wait for each answer before sending the next. Prints requests/s, sentences/s, p50/p95/p99
@@ -25,7 +26,8 @@ from transduce.data import read_lines, resolve_path
 
 SERVER = (
     "from transduce.serving import serve; "
-    "serve({run!r}, host='127.0.0.1', port={port}, batching={batching}, device={device!r}, log_level='warning')"
+    "serve({run!r}, engine={engine!r}, host='127.0.0.1', port={port}, batching={batching}, device={device!r}, "
+    "log_level='warning')"
 )
 
 
@@ -35,9 +37,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(run: str, *, batching: bool, device: str) -> tuple[subprocess.Popen, str]:
+def start_server(run: str, *, batching: bool, device: str, engine: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    code = SERVER.format(run=run, port=port, batching=batching, device=device)
+    code = SERVER.format(run=run, port=port, batching=batching, device=device, engine=engine)
     proc = subprocess.Popen([sys.executable, "-c", code], env=os.environ.copy())
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -84,7 +86,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(args: argparse.Namespace, bodies: list[dict], *, batching: bool) -> dict:
-    proc, url = start_server(args.run, batching=batching, device=args.device)
+    proc, url = start_server(args.run, batching=batching, device=args.device, engine=args.engine)
     try:
         asyncio.run(load(url, bodies[: args.clients], args.clients))  # warm-up, not timed
         latencies, failures, seconds = asyncio.run(load(url, bodies, args.clients))
@@ -94,6 +96,7 @@ def measure(args: argparse.Namespace, bodies: list[dict], *, batching: bool) -> 
         proc.wait(timeout=60)
     ms = lambda q: round(1000 * percentile(latencies, q), 1)
     return {
+        "engine": args.engine,
         "batching": batching,
         "requests": len(bodies),
         "failed": failures,
@@ -113,13 +116,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=320, help="requests per mode, all clients together")
     parser.add_argument("--sentences", type=int, default=1, help="sentences per request")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch")
+    parser.add_argument("--modes", choices=["both", "batched"], default="both", help="batched: dynamic batching only")
     args = parser.parse_args()
     lines = [line for line in read_lines(resolve_path(args.src)) if line.strip()]
     bodies = [
         {"text": [lines[(i * args.sentences + j) % len(lines)] for j in range(args.sentences)]}
         for i in range(args.requests)
     ]
-    results = [measure(args, bodies, batching=False), measure(args, bodies, batching=True)]
+    modes = (False, True) if args.modes == "both" else (True,)
+    results = [measure(args, bodies, batching=batching) for batching in modes]
     print(
         json.dumps(
             {
@@ -128,7 +134,7 @@ def main() -> None:
                 "sentences_per_request": args.sentences,
                 "cpu_count": os.cpu_count(),
                 "results": results,
-                "speed_up": round(results[1]["requests_per_s"] / results[0]["requests_per_s"], 2),
+                "speed_up": round(results[-1]["requests_per_s"] / results[0]["requests_per_s"], 2),
             },
             indent=2,
         )
