@@ -1,7 +1,7 @@
 """Load test of `transduce serve` over loopback: throughput and latency with and without dynamic batching.
 
     .venv/bin/python benchmarks/serve_load.py RUN --src FILE [--clients 32] [--requests 320] [--sentences 1]
-        [--engine torch|ctranslate2] [--modes both|batched]
+        [--engine torch|ctranslate2] [--threads N] [--modes both|batched]
 For each mode (one request at a time, then dynamic batching) a server for RUN is started in a subprocess on
 127.0.0.1, warmed up, then CLIENTS concurrent clients send REQUESTS requests in all (each SENTENCES lines of FILE,
 taken in turn) and wait for each answer before sending the next. Prints requests/s, sentences/s, p50/p95/p99
@@ -26,8 +26,8 @@ from transduce.data import read_lines, resolve_path
 
 SERVER = (
     "from transduce.serving import serve; "
-    "serve({run!r}, engine={engine!r}, host='127.0.0.1', port={port}, batching={batching}, device={device!r}, "
-    "log_level='warning')"
+    "serve({run!r}, engine={engine!r}, threads={threads}, host='127.0.0.1', port={port}, batching={batching}, "
+    "device={device!r}, log_level='warning')"
 )
 
 
@@ -37,9 +37,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(run: str, *, batching: bool, device: str, engine: str) -> tuple[subprocess.Popen, str]:
+def start_server(run: str, *, batching: bool, device: str, engine: str, threads: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    code = SERVER.format(run=run, port=port, batching=batching, device=device, engine=engine)
+    code = SERVER.format(run=run, port=port, batching=batching, device=device, engine=engine, threads=threads)
     proc = subprocess.Popen([sys.executable, "-c", code], env=os.environ.copy())
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -86,7 +86,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(args: argparse.Namespace, bodies: list[dict], *, batching: bool) -> dict:
-    proc, url = start_server(args.run, batching=batching, device=args.device, engine=args.engine)
+    proc, url = start_server(args.run, batching=batching, device=args.device, engine=args.engine, threads=args.threads)
     try:
         asyncio.run(load(url, bodies[: args.clients], args.clients))  # warm-up, not timed
         latencies, failures, seconds = asyncio.run(load(url, bodies, args.clients))
@@ -97,6 +97,7 @@ def measure(args: argparse.Namespace, bodies: list[dict], *, batching: bool) -> 
     ms = lambda q: round(1000 * percentile(latencies, q), 1)
     return {
         "engine": args.engine,
+        "threads": args.threads,
         "batching": batching,
         "requests": len(bodies),
         "failed": failures,
@@ -117,6 +118,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1, help="sentences per request")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch")
+    parser.add_argument("--threads", type=int, default=0, help="the server's model threads (serve --threads)")
     parser.add_argument("--modes", choices=["both", "batched"], default="both", help="batched: dynamic batching only")
     args = parser.parse_args()
     lines = [line for line in read_lines(resolve_path(args.src)) if line.strip()]

@@ -665,3 +665,16 @@ def test_serve_refuses_a_bad_or_taken_address_in_one_line(tmp_path, capsys, case
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert {"out of range": "between 0 and 65535", "in use": "already in use", "bad host": "--host"}[case] in err
+
+
+def test_serve_threads_sets_the_models_threads_and_refuses_a_negative_count(trained_run):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        load_predictor(trained_run[0], engine="torch", device="cpu", threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ConfigError, match="--threads must be 0"):
+        load_predictor(trained_run[0], engine="torch", device="cpu", threads=-1)

@@ -27,6 +27,7 @@ def cmd_serve(args) -> int:
         args.run,
         engine=args.engine,
         exact=args.exact,
+        threads=args.threads,
         host=args.host,
         port=args.port,
         device=args.device,
@@ -56,6 +57,12 @@ def register(sub) -> None:
         "--exact",
         action="store_true",
         help="with --engine ctranslate2: the torch decoder's output (slower) instead of the engine's speed",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="CPU threads for the model (0: the engine's default); fewer than the cores leaves room for the HTTP side",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)

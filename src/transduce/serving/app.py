@@ -678,7 +678,7 @@ def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str
 
 
 def load_predictor(
-    run: str | Path, *, engine: str = "torch", device: str = "auto", exact: bool = False
+    run: str | Path, *, engine: str = "torch", device: str = "auto", exact: bool = False, threads: int = 0
 ) -> tuple[Any, dict[str, Any]]:
     """The predictor for a run directory (a parsing run's config says `"task": "parsing"`, a classifier run has a
     "head" section; engine "ctranslate2" also takes an export folder) and what /v1/info should tell of it."""
@@ -690,6 +690,12 @@ def load_predictor(
     predictor: Classifier | CTranslate2Translator | Parser | Translator
     if kind != "translation" and engine != "torch":  # the export knows only plain translation models
         raise ConfigError(f"{run}: a {kind} run is served with the torch engine only (--engine torch)")
+    if threads < 0:
+        raise ConfigError(f"--threads must be 0 (the engine's default) or more, got {threads}")
+    if threads and engine == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
     if kind == "parsing":
         from ..tasks.parsing import Parser
 
@@ -701,7 +707,7 @@ def load_predictor(
     elif engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Translator
 
-        predictor = CTranslate2Translator.from_run(run, device=device, exact=exact)
+        predictor = CTranslate2Translator.from_run(run, device=device, exact=exact, threads=threads)
     else:
         from ..decoding.translator import Translator
 
@@ -753,6 +759,7 @@ def serve(
     *,
     engine: str = "torch",
     exact: bool = False,
+    threads: int = 0,
     host: str = "127.0.0.1",
     port: int = 8000,
     device: str = "auto",
@@ -765,7 +772,7 @@ def serve(
 ) -> None:
     """Serve a run directory over HTTP (loopback only unless `host` says otherwise) until SIGTERM or Ctrl-C."""
     check_address(host, port)  # before the model is loaded: a taken port is one line, at once
-    predictor, metadata = load_predictor(run, engine=engine, device=device, exact=exact)
+    predictor, metadata = load_predictor(run, engine=engine, device=device, exact=exact, threads=threads)
     app = create_app(
         predictor,
         limits=limits,
