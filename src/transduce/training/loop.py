@@ -282,16 +282,19 @@ class Session:
 
     def pick_precision(self) -> str:
         """train.precision for this session: as set, or for 'auto' on a CPU with native bf16 the pick stored in the
-        run, else the faster in a short trial (rank 0's, on every rank); stored in the state, so in checkpoints."""
+        run, else the faster in a short trial (rank 0 decides, alone; every rank takes its pick); stored in the
+        state, so in checkpoints."""
         tc, state = self.tc, self.state
         if not needs_trial(tc, self.device):
             return tc.precision
-        pick, line = resolve_cpu_auto(
-            state.precision, state.step > 0, lambda: time_modes(self.task, self.model, tc, self.device)
-        )
+        pick = "fp32"
+        if self.ranks.main:
+            pick, line = resolve_cpu_auto(
+                state.precision, state.step > 0, lambda: time_modes(self.task, self.model, tc, self.device)
+            )
+            self.runlog.text(line)
         pick = "bf16" if broadcast_value(float(pick == "bf16"), self.ranks, self.device) else "fp32"
         state.precision = pick
-        self.runlog.text(line)
         return pick
 
     @property
