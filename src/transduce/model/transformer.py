@@ -100,11 +100,25 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
         self.keep_weights = False  # set by Transformer.recording_attention()
         self.weights: Tensor | None = None  # (B, H, Lq, Lk) when keep_weights
+        self._joined_cache: dict[int, tuple[tuple, Tensor, Tensor]] = {}  # see _joined; not part of the state
+
+    def _joined(self, linears: tuple[nn.Linear, ...]) -> tuple[Tensor, Tensor]:
+        """The projections' weights (n D, D) and biases (n D,) one after the other. Without autograd (decoding
+        calls this at every step) the joined copy is kept until a weight changes (its version or storage)."""
+        if len(linears) == 1:
+            return linears[0].weight, linears[0].bias
+        if torch.is_grad_enabled():
+            return torch.cat([m.weight for m in linears]), torch.cat([m.bias for m in linears])
+        key = tuple((p._version, p.data_ptr(), p.dtype) for m in linears for p in (m.weight, m.bias))
+        kept = self._joined_cache.get(len(linears))
+        if kept is None or kept[0] != key:
+            kept = (key, torch.cat([m.weight for m in linears]), torch.cat([m.bias for m in linears]))
+            self._joined_cache[len(linears)] = kept
+        return kept[1], kept[2]
 
     def _project(self, x: Tensor, *linears: nn.Linear) -> tuple[Tensor, ...]:
         """x (B, L, D) through several D x D projections in one matrix product -> one (B, H, L, K) per projection."""
-        weight = torch.cat([m.weight for m in linears]) if len(linears) > 1 else linears[0].weight  # (n D, D)
-        bias = torch.cat([m.bias for m in linears]) if len(linears) > 1 else linears[0].bias
+        weight, bias = self._joined(linears)  # (n D, D), (n D,)
         batch, length, _ = x.shape
         out = F.linear(x, weight, bias).view(batch, length, len(linears), self.n_heads, self.d_k)
         return out.permute(2, 0, 3, 1, 4).unbind(0)  # n x (B, H, L, K)
