@@ -74,6 +74,8 @@ def _shell_lines(path: Path) -> Iterator[tuple[int, str]]:
             continue
         pending, first = "", 0
         for n, line in enumerate(body, start=start):
+            if info == "console" and not pending and not line.startswith("$ "):
+                continue  # a console block shows output too: only its `$ ` lines are commands
             if not pending:
                 first = n
             if line.rstrip().endswith("\\"):
