@@ -50,7 +50,7 @@ def test_check_mode_fails_when_stale(tmp_path, capsys):
     page = tmp_path / "options.md"
     assert main(["--out", str(page)]) == 0
     assert main(["--out", str(page), "--check"]) == 0
-    page.write_text(page.read_text(encoding="utf-8").replace("the beam size", "the beam width"), encoding="utf-8")
+    page.write_text(page.read_text(encoding="utf-8").replace("| `beam` |", "| `beams` |", 1), encoding="utf-8")
     assert main(["--out", str(page), "--check"]) == 1
     assert "is stale" in capsys.readouterr().err
     assert main(["--out", str(tmp_path / "missing.md"), "--check"]) == 1
