@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/engine_compare.py RUN [--beam 4] [--alpha 0.6] [--threads 2]
 Exports RUN to CTranslate2 twice (float32, int8) into temporary folders, then decodes the test set (default:
-Multi30k test_2016_flickr En->De) with transduce's Translator and, for each export, three ways:
+Multi30k test_2016_flickr En->De) with transduce's Translator (its exact stop, and --patience 1: the engine's stop)
+and, for each export, three ways:
     - "direct": the engine as its users drive it, one `translate_batch` call over all sentences (SentencePiece
       pieces in, pieces out; beam and length penalty given, everything else the engine's defaults, batch_type
       "tokens" with our 4,096-token batches);
@@ -70,6 +71,8 @@ def main() -> None:
     ours = Translator.from_run(args.run, device="cpu")
     reference_hyps, seconds = timed(ours, sources, options)
     engines = [("transduce", reference_hyps, seconds)]
+    hyps, seconds = timed(ours, sources, {**options, "patience": 1.0})
+    engines.append(("transduce, --patience 1 (the engine's stop)", hyps, seconds))
     with tempfile.TemporaryDirectory(prefix="engine_compare-") as tmp:
         for quantization in ("float32", "int8"):
             folder = export_ctranslate2(args.run, Path(tmp) / quantization, quantization=quantization)

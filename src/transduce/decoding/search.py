@@ -180,12 +180,15 @@ def _step(model, tokens: Tensor, cache, constraint, state) -> Tensor:
 def _candidates(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
     """The 2k best extensions of each sentence's k beams: (raw scores, tokens, decoder rows they extend), (B, 2k).
     2k of them so that k remain when up to k end in EOS."""
-    b, vocab = scores.size(0), lprobs.size(1)
-    cand = (scores.view(-1, 1) + lprobs).view(b, k * vocab)  # (B, k*V)
+    b, width = scores.size(0), min(2 * k, lprobs.size(1))
+    # A beam gives at most 2k of the sentence's 2k best: each row's 2k best first (N, 2k), then the best among the
+    # k x 2k, without adding the beam's score to all V of its extensions.
+    row_best, row_token = lprobs.topk(width, dim=1)  # (N, 2k)
+    cand = (scores.view(-1, 1) + row_best).view(b, k * width)  # (B, k*2k)
     top_score, top_index = cand.topk(2 * k, dim=1)  # (B, 2k)
-    origin = top_index // vocab  # (B, 2k) the beam each candidate extends
+    origin = top_index // width  # (B, 2k) the beam each candidate extends
     rows = origin + torch.arange(b, device=scores.device).unsqueeze(1) * k  # (B, 2k) rows in the N axis
-    return top_score, top_index % vocab, rows
+    return top_score, row_token.view(b, k * width).gather(1, top_index), rows
 
 
 class _Rows:
@@ -251,7 +254,10 @@ class _Finished:
 
 
 def _force_eos(lprobs: Tensor, forced: Tensor) -> Tensor:
-    """Rows where `forced` (N,) is True may only produce EOS (log-probability 0). No host sync."""
+    """Rows where `forced` (N,) is True may only produce EOS (log-probability 0). No host sync on a GPU; on a CPU,
+    where reading a flag costs nothing, the (N, V) pass is skipped at the steps that force no row."""
+    if lprobs.device.type == "cpu" and not bool(forced.any()):
+        return lprobs
     eos_only = torch.full_like(lprobs[:1], float("-inf"))
     eos_only[0, EOS_ID] = 0.0
     return torch.where(forced.unsqueeze(1), eos_only, lprobs)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import torch
@@ -100,31 +100,26 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
         self.keep_weights = False  # set by Transformer.recording_attention()
         self.weights: Tensor | None = None  # (B, H, Lq, Lk) when keep_weights
-        self._joined_cache: dict[int, tuple[tuple, Tensor, Tensor]] = {}  # see _joined; not part of the state
 
-    def _joined(self, linears: tuple[nn.Linear, ...]) -> tuple[Tensor, Tensor]:
-        """The projections' weights (n D, D) and biases (n D,) one after the other. Without autograd (decoding
-        calls this at every step) the joined copy is kept until a weight changes (its version or storage)."""
+    @staticmethod
+    def joined(*linears: nn.Linear) -> tuple[Tensor, Tensor]:
+        """Several D x D projections as one: weights (n D, D) and biases (n D,), one after the other."""
         if len(linears) == 1:
             return linears[0].weight, linears[0].bias
-        if torch.is_grad_enabled():
-            return torch.cat([m.weight for m in linears]), torch.cat([m.bias for m in linears])
-        key = tuple((p._version, p.data_ptr(), p.dtype) for m in linears for p in (m.weight, m.bias))
-        kept = self._joined_cache.get(len(linears))
-        if kept is None or kept[0] != key:
-            kept = (key, torch.cat([m.weight for m in linears]), torch.cat([m.bias for m in linears]))
-            self._joined_cache[len(linears)] = kept
-        return kept[1], kept[2]
+        return torch.cat([m.weight for m in linears]), torch.cat([m.bias for m in linears])
 
-    def _project(self, x: Tensor, *linears: nn.Linear) -> tuple[Tensor, ...]:
-        """x (B, L, D) through several D x D projections in one matrix product -> one (B, H, L, K) per projection."""
-        weight, bias = self._joined(linears)  # (n D, D), (n D,)
+    def _project(
+        self, x: Tensor, *linears: nn.Linear, joined: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, ...]:
+        """x (B, L, D) through several D x D projections in one matrix product -> one (B, H, L, K) per projection.
+        `joined`: the projections already joined (a decoding step takes them from its DecoderCache)."""
+        weight, bias = self.joined(*linears) if joined is None else joined  # (n D, D), (n D,)
         batch, length, _ = x.shape
         out = F.linear(x, weight, bias).view(batch, length, len(linears), self.n_heads, self.d_k)
         return out.permute(2, 0, 3, 1, 4).unbind(0)  # n x (B, H, L, K)
 
-    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        q, k, v = self._project(x, self.q_proj, self.k_proj, self.v_proj)
+    def project_qkv(self, x: Tensor, joined: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = self._project(x, self.q_proj, self.k_proj, self.v_proj, joined=joined)
         return q, k, v
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -232,7 +227,8 @@ class DecoderLayer(nn.Module):
         layer: int = 0,
     ) -> Tensor:
         def self_attention(h: Tensor) -> Tensor:
-            q, k, v = self.self_attn.project_qkv(h)  # (B, H, T, K)
+            joined = None if cache is None else cache.qkv_weights[layer]  # joined once per decoding
+            q, k, v = self.self_attn.project_qkv(h, joined)  # (B, H, T, K)
             if cache is not None:  # append this step's keys/values to the ones of earlier steps
                 past = cache.self_kv[layer]
                 if past is not None:
@@ -324,6 +320,7 @@ class DecoderCache:
     step: int = 0
     pointer_memory: Tensor | None = None  # (N, S, D..6D) W_p . encoder output (_pointer_memory), word pointer only
     beams: int = 1  # decoder rows per sentence (per entry of memory_kv and cross_mask)
+    qkv_weights: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # per layer, W^Q W^K W^V joined
 
     def expand(self, beams: int) -> None:
         """Before the first step: each sentence's row becomes `beams` consecutive rows. The encoder keys and values
@@ -541,10 +538,15 @@ class Transformer(nn.Module):
         return self.output(h)  # (N, V)
 
     def start_decoding(self, memory: Tensor, src_pad_mask: Tensor) -> DecoderCache:
-        """Encoder-decoder keys/values are computed here, once per batch."""
-        memory_kv = [cast(DecoderLayer, layer).cross_attn.project_kv(memory) for layer in self.decoder.layers]
+        """Encoder-decoder keys/values are computed here, once per batch; the self-attention's Q/K/V projections
+        are joined here once, not at every step."""
+        layers = [cast(DecoderLayer, layer) for layer in self.decoder.layers]
+        memory_kv = [layer.cross_attn.project_kv(memory) for layer in layers]
         cross_mask = attention_mask(src_pad_mask, query_len=1, key_len=memory.size(1))
         return DecoderCache(
+            qkv_weights=[
+                MultiHeadAttention.joined(m.q_proj, m.k_proj, m.v_proj) for m in (x.self_attn for x in layers)
+            ],
             memory_kv=memory_kv,
             self_kv=[None] * len(memory_kv),
             src_pad_mask=src_pad_mask,
