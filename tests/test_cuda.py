@@ -19,9 +19,10 @@ from conftest import run_cli, tiny_recipe
 
 from transduce.config import load_config
 from transduce.decoding.translator import Translator
+from transduce.tasks import train
 from transduce.tasks.translation import TranslationTask
 from transduce.training.distributed import Ranks
-from transduce.training.loop import Session, train
+from transduce.training.loop import Session
 from transduce.training.runlog import RunLog
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]

@@ -363,7 +363,7 @@ def test_extra_training_trees_from_the_wsj_sample(tmp_path):
 
 
 def test_training_end_to_end_then_parse(tmp_path, treebank):
-    from transduce.training.loop import train
+    from transduce.tasks import train
 
     config = tiny_config(*treebank, max_steps=30, valid_every=30, save_every=30, valid_max_sentences=5)
     result = train(config, tmp_path / "run", quiet=True)
@@ -652,8 +652,8 @@ def _resumes_exactly_and_keeps_its_draws(config: ParsingRunConfig, tmp_path: Pat
     something else."""
     from safetensors.torch import load_file
 
+    from transduce.tasks import train
     from transduce.training.checkpoint import checkpoint_dirs
-    from transduce.training.loop import train
 
     def final(run):
         return load_file(str(checkpoint_dirs(run)[-1] / "model.safetensors"))
@@ -933,8 +933,8 @@ def test_extra_trees_marked_apart_through_every_draw(tmp_path, treebank):
     import hashlib
 
     from transduce.data.tokenizer import BOS_ID
+    from transduce.tasks import train
     from transduce.tasks.parsing import CACHE_VERSION, ParseDataConfig, _cache_key
-    from transduce.training.loop import train
 
     extra = write_treebank(tmp_path / "extra.trees", 40, seed=7)
     settings = {"subword_sampling": 0.2, "word_substitution": 0.2, "subtree_substitution": 0.5, "max_steps": 6}

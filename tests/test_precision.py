@@ -13,7 +13,7 @@ from test_parsing import tiny_config, write_treebank
 from transduce import ModelConfig, Transformer
 from transduce.config import ConfigError, TrainConfig, load_config
 from transduce.model import cpu_speed
-from transduce.training.loop import train
+from transduce.tasks import train
 from transduce.training.loss import label_smoothed_nll
 
 

@@ -50,7 +50,7 @@ def cmd_prepare(args) -> int:
 def cmd_train(args) -> int:
     """Any task: the recipe's `task` key (or the saved run's) says which."""
     from ..config import ConfigError, apply_overrides, load_config, read_config_dict
-    from ..training.loop import train
+    from ..tasks import train
 
     shortcuts = [f"train.device={args.device}"] if args.device else []
     shortcuts += ["train.compile=true"] if args.compile else []

@@ -14,7 +14,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, overload
 
@@ -23,7 +23,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ConfigError, ModelConfig, TrainConfig, read_config, save_config
+from ..config import (
+    ClassifierRunConfig,
+    ClassifyDataConfig,
+    ConfigError,
+    HeadConfig,
+    ModelConfig,
+    read_config,
+    save_config,
+)
 from ..data import DataError, TokenArrays, file_digest, read_lines, resolve_path, reuse_or_build
 from ..data.batching import make_batches
 from ..data.tokenizer import BOS_ID, PAD_ID, Tokenizer
@@ -34,63 +42,6 @@ from ..training.checkpoint import find_weights, load_weights
 from .base import has_trained
 
 LABELS = "labels.json"  # RUN/labels.json: the class names, in the order of the model's outputs
-POOLINGS = ("mean", "cls", "flatten")
-
-
-@dataclass(frozen=True, kw_only=True)
-class HeadConfig:
-    """pooling: "mean" (masked mean over real tokens), "cls" (output at a prepended class token, BOS), "flatten"
-    (all max_len positions concatenated, the form of the first IMDB experiments). The head: Linear -> ReLU -> Linear."""
-
-    pooling: str = "mean"
-    hidden: int = 0  # 0 = d_model
-    n_classes: int = 0  # 0 = from the training labels
-
-    def __post_init__(self) -> None:
-        if self.pooling not in POOLINGS:
-            raise ConfigError(f"head.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClassifyDataConfig:
-    train: str = ""
-    valid: str = ""  # empty: hold out valid_fraction of the training rows
-    test: str = ""
-    valid_fraction: float = 0.05
-    text_field: str = "text"  # JSONL keys
-    label_field: str = "label"
-    vocab_size: int = 8000
-    model_type: str = "bpe"
-    lowercase: bool = False
-    strip_html: bool = True  # "<br />" and other tags become spaces
-    max_len: int = 256
-    # keep the first max_len tokens ("start"), the last ("end"), or the first quarter and the last three quarters
-    # ("head_tail", after Sun et al. 2019, "How to Fine-Tune BERT for Text Classification", where it did best on IMDB)
-    truncate: str = "start"
-
-    def __post_init__(self) -> None:
-        if self.truncate not in ("start", "end", "head_tail"):
-            raise ConfigError(f"data.truncate must be 'start', 'end' or 'head_tail', got {self.truncate!r}")
-        if not 0.0 <= self.valid_fraction < 1.0:
-            raise ConfigError("data.valid_fraction must be in [0, 1)")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClassifierRunConfig:
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(n_layers=2, d_model=128, d_ff=256, n_heads=4))
-    head: HeadConfig = field(default_factory=HeadConfig)
-    data: ClassifyDataConfig = field(default_factory=ClassifyDataConfig)
-    train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(
-            lr_schedule="constant",
-            peak_lr=1e-3,
-            warmup_steps=100,
-            label_smoothing=0.0,
-            max_epochs=5,
-            early_stop_metric="accuracy",
-            max_tokens=16384,
-        )
-    )
 
 
 class TransformerClassifier(nn.Module):
@@ -418,7 +369,7 @@ def predict_split(model, split: LabelledSplit, device, *, max_tokens: int, pad_t
 
 def train_classifier(config: ClassifierRunConfig, run_dir: str | Path, *, quiet: bool = False) -> dict:
     """Train (or resume) a classifier: the shared loop (training/loop.py) with a ClassificationTask."""
-    from ..training.loop import train
+    from . import train
 
     return train(config, run_dir, quiet=quiet)
 
