@@ -39,8 +39,8 @@ __all__ = [
 
 _LAZY = {
     "Translator": "transduce.decoding.translator",
-    "Classifier": "transduce.tasks.classification",
-    "Parser": "transduce.tasks.parsing",
+    "Classifier": "transduce.decoding.classifier",
+    "Parser": "transduce.decoding.parser",
     "Transformer": "transduce.model",
 }
 

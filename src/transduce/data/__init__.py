@@ -1,5 +1,7 @@
 """Data: text readers (text.py), the joint SentencePiece tokenizer (tokenizer.py), parallel-corpus preparation and
-caching (parallel.py, in chunks by stream.py), and token-count batching (batching.py).
+caching (parallel.py, in chunks by stream.py; cache.py for every task), token-count batching (batching.py); trees
+and their linearization (trees.py), treebank preparation (treebank.py), the parser's pointer reads (pointers.py) and
+tree augmentation (augment.py); labelled text for the classifier (labelled.py).
 
 parallel.py (which needs torch) is imported on first use: the processes that encode a corpus (stream.py) start
 without torch."""

@@ -29,11 +29,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from .batcher import CountTokens, DynamicBatcher, RunBatch, count_words
 
 if TYPE_CHECKING:  # imported where used: loading one predictor does not import the others' dependencies
+    from ..data.trees import Tree
+    from ..decoding.classifier import Classifier
+    from ..decoding.parser import Parser
     from ..decoding.translator import Translator
     from ..export.ctranslate2 import CTranslate2Translator
-    from ..tasks.classification import Classifier
-    from ..tasks.parsing import Parser
-    from ..tasks.trees import Tree
 
 T = TypeVar("T")
 STATIC_DIR = Path(__file__).parent / "static"
@@ -376,7 +376,7 @@ def classification_routes(service: Service) -> APIRouter:
 def _parsed(tree: Tree | None) -> ParsedTree:
     """One answer of /v1/parse: the tree's one-line string and its leaves with brackets restored, so a client can
     check or show the words without reading PTB escapes."""
-    from ..tasks.trees import to_string, unescape_word, words
+    from ..data.trees import to_string, unescape_word, words
 
     if tree is None:  # an empty input line
         return ParsedTree(tree="", words=[])
@@ -697,11 +697,11 @@ def load_predictor(
 
         torch.set_num_threads(threads)
     if kind == "parsing":
-        from ..tasks.parsing import Parser
+        from ..decoding.parser import Parser
 
         predictor = Parser.from_run(run, device=device)
     elif kind == "classifier":
-        from ..tasks.classification import Classifier
+        from ..decoding.classifier import Classifier
 
         predictor = Classifier.from_run(run, device=device)
     elif engine == "ctranslate2":

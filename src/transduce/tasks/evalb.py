@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .trees import Tree, TreeError, parse_trees, read_lines
+from ..data.trees import Tree, TreeError, parse_trees, read_lines
 
 # A sentence to score: one tree, the top-level trees of one line, None for an empty line, or (test side only) the
 # TreeError that reading its line raised.
