@@ -12,7 +12,7 @@ from conftest import tiny_recipe
 
 from transduce.config import load_config
 from transduce.data import collate
-from transduce.data.parallel import padded_width
+from transduce.data.corpus import padded_width
 from transduce.tasks.translation import TranslationTask
 from transduce.training.distributed import Ranks
 from transduce.training.loop import Session

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..decoding.constraints import CLOSE, LEAF, OPEN, ROOT_OPEN
+from .kinds import CLOSE, LEAF, OPEN, ROOT_OPEN
 
 
 def tree_phrases(target: Sequence[int] | np.ndarray, kinds: np.ndarray) -> list[tuple[int, int, int, int]]:

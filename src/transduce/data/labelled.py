@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..config import ClassifierRunConfig, ClassifyDataConfig
 from .cache import reuse_or_build
-from .parallel import TokenArrays
+from .corpus import TokenArrays
 from .text import DataError, file_digest, read_lines, resolve_path
 from .tokenizer import BOS_ID, PAD_ID, Tokenizer
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..decoding.constraints import CLOSE, LEAF, OPEN, ROOT_OPEN
+from .kinds import CLOSE, LEAF, OPEN, ROOT_OPEN
 
 
 def pointer_targets(starts: Sequence[int] | np.ndarray, *, last: bool = False) -> np.ndarray:

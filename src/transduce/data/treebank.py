@@ -27,10 +27,11 @@ import numpy as np
 import torch
 
 from ..config import ParseDataConfig
-from ..decoding.constraints import OTHER, TreeConstraint
+from ..decoding.constraints import TreeConstraint
 from ..outputs import atomic_write_text
 from .cache import reuse_or_build
-from .parallel import ParallelCorpus, TokenArrays
+from .corpus import ParallelCorpus, TokenArrays
+from .kinds import OTHER
 from .text import DataError, data_root, file_digest, resolve_path
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from .trees import OPEN_PREFIX, ROOT, SPECIALS, Tree, build_vocab, linearize, normalize, read_trees, to_string, words

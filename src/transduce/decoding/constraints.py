@@ -41,8 +41,8 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import Tensor
 
-# Token kinds (one per vocabulary entry). ROOT_OPEN is the open bracket reserved for the root.
-OTHER, EOS, OPEN, CLOSE, LEAF, ROOT_OPEN = range(6)
+# token kinds, one per vocabulary entry (ROOT_OPEN: the open bracket reserved for the root); see data/kinds.py
+from ..data.kinds import CLOSE, EOS, LEAF, OPEN, OTHER, ROOT_OPEN
 
 
 @dataclass(frozen=True)

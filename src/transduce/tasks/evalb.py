@@ -1,3 +1,4 @@
+# Over 500 lines on purpose: one port of EVALB's evalb.c (parameters, scoring, report), kept whole to compare with it.
 """Bracket scoring exactly as EVALB (Sekine and Collins 1997, revised 2006), the scorer behind every published WSJ F1.
 
 The rules, as EVALB's README and program define them, and as this module applies them:

@@ -22,7 +22,7 @@ import torch
 
 from ..config import ConfigError, ParsingRunConfig, read_config, save_config
 from ..data.augment import substitute_subtrees, substitute_words, tree_phrases
-from ..data.parallel import Batch, ParallelCorpus, TokenArrays
+from ..data.corpus import Batch, ParallelCorpus, TokenArrays
 from ..data.pointers import word_positions
 from ..data.tokenizer import UNK_ID
 from ..data.treebank import TARGET_VOCAB, ParseCorpus, ParseData, join_words, prepare_trees

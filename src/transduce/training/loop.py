@@ -1,3 +1,4 @@
+# Over 500 lines on purpose: the loop and the Session whose steps it calls read together, in one sitting (DESIGN §5).
 """The training loop, one for every task (the paper's §5 training regime), readable in one sitting.
 
 One process per device; several go through torchrun and DDP (rank 0 logs and saves). Each optimizer update takes
