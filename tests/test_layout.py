@@ -16,7 +16,7 @@ LAYERS = (
     ("model", "data"),
     ("training", "decoding"),
     ("tasks", "export"),
-    ("serving", "plot", "demo"),
+    ("serving", "plot", "demo", "options_reference"),
     ("cli",),
     ("__init__", "__main__"),
 )

@@ -7,7 +7,7 @@ from torch import nn
 from transduce import ModelConfig, Transformer
 from transduce.config import ConfigError
 from transduce.model.cpu_speed import BitDropout as Dropout
-from transduce.model.transformer import attention_mask, sinusoidal_encoding
+from transduce.model.transformer import MultiHeadAttention, attention_mask, sinusoidal_encoding
 
 V = 40
 
@@ -284,3 +284,23 @@ def test_activation_dropout_acts_on_the_ffn_hidden_units_only_in_training():
     assert FeedForward(d_model=8, d_ff=64).dropout is None
     plain, with_dropout = Transformer(tiny()), Transformer(tiny(activation_dropout=0.2))
     assert plain.num_parameters() == with_dropout.num_parameters()
+
+
+def test_joined_projection_follows_a_weight_changed_in_place():
+    """Decoding keeps the joined Q/K/V weights between steps; an in-place change (an optimizer step, a load) must
+    reach the next product, which must equal the three separate projections."""
+    attn = MultiHeadAttention(d_model=8, n_heads=2, dropout=0.0)
+    x = torch.randn(3, 5, 8)
+
+    def separate():
+        return [m(x).view(3, 5, 2, 4).transpose(1, 2) for m in (attn.q_proj, attn.k_proj, attn.v_proj)]
+
+    with torch.no_grad():
+        first = attn.project_qkv(x)
+        for got, want in zip(first, separate()):
+            torch.testing.assert_close(got, want)
+        attn.k_proj.weight.mul_(2.0)
+        second = attn.project_qkv(x)
+        for got, want in zip(second, separate()):
+            torch.testing.assert_close(got, want)
+    assert not torch.allclose(first[1], second[1])

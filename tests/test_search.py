@@ -20,6 +20,9 @@ TABLE = {(): {A: 0.6, B: 0.4}, (A,): {A: 0.55, EOS_ID: 0.45}, (B,): {EOS_ID: 0.9
 class FakeCache:
     history: torch.Tensor  # (N, t)
 
+    def expand(self, beams):
+        self.history = self.history.repeat_interleave(beams, dim=0)
+
     def reorder(self, index):
         self.history = self.history.index_select(0, index)
 

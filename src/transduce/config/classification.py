@@ -15,7 +15,7 @@ class HeadConfig:
     """pooling: "mean" (masked mean over real tokens), "cls" (output at a prepended class token, BOS), "flatten"
     (all max_len positions concatenated, the form of the first IMDB experiments). The head: Linear -> ReLU -> Linear."""
 
-    pooling: str = "mean"
+    pooling: str = "mean"  # "mean" (over real tokens), "cls" (a prepended class token) or "flatten" (see above)
     hidden: int = 0  # 0 = d_model
     n_classes: int = 0  # 0 = from the training labels
 
@@ -26,17 +26,17 @@ class HeadConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ClassifyDataConfig:
-    train: str = ""
+    train: str = ""  # training rows: .tsv (text<TAB>label) or .jsonl, plain or .gz
     valid: str = ""  # empty: hold out valid_fraction of the training rows
-    test: str = ""
-    valid_fraction: float = 0.05
+    test: str = ""  # test rows, a file as `train`; empty = none
+    valid_fraction: float = 0.05  # without `valid`: the share of training rows held out (drawn with train.seed)
     text_field: str = "text"  # JSONL keys
-    label_field: str = "label"
-    vocab_size: int = 8000
-    model_type: str = "bpe"
-    lowercase: bool = False
+    label_field: str = "label"  # the JSONL key of the label (TSV: the last column)
+    vocab_size: int = 8000  # pieces of the SentencePiece vocabulary learned from the training texts
+    model_type: str = "bpe"  # SentencePiece model: "bpe" or "unigram"
+    lowercase: bool = False  # lowercase the text before SentencePiece
     strip_html: bool = True  # "<br />" and other tags become spaces
-    max_len: int = 256
+    max_len: int = 256  # tokens kept per text (see truncate)
     # keep the first max_len tokens ("start"), the last ("end"), or the first quarter and the last three quarters
     # ("head_tail", after Sun et al. 2019, "How to Fine-Tune BERT for Text Classification", where it did best on IMDB)
     truncate: str = "start"

@@ -24,14 +24,14 @@ class ParseDataConfig:
     2018); validation and `parse` input have none, so the parser answers in data.train's conventions. The marker
     takes one of max_len's positions."""
 
-    train: tuple[str, ...] = ()
-    valid: str = ""
-    extra_train: tuple[str, ...] = ()
-    keep_tags: bool = True
-    vocab_size: int = 4000
-    model_type: str = "bpe"
-    max_len: int = 400
-    mark_extra: bool = False
+    train: tuple[str, ...] = ()  # training tree files (see above: plain or .gz, also under $TRANSDUCE_DATA)
+    valid: str = ""  # the validation tree file; empty = no validation
+    extra_train: tuple[str, ...] = ()  # more training trees, normalized the same way (see above)
+    keep_tags: bool = True  # the target keeps the POS tags (the parser tags too); false: every one is "XX"
+    vocab_size: int = 4000  # SentencePiece pieces for the words (the target's tree tokens come on top)
+    model_type: str = "bpe"  # SentencePiece model: "bpe" or "unigram"
+    max_len: int = 400  # training and validation trees with more source pieces or target tokens are dropped
+    mark_extra: bool = False  # extra_train sources begin with a marker: a treebank embedding (see above)
 
     def __post_init__(self) -> None:
         if self.vocab_size <= 4:
@@ -58,7 +58,7 @@ class ParseDecodeConfig(DecodeConfig):
     alpha: float = 0.3
     max_len_a: float = 1.0
     max_len_b: int = 300
-    batch_tokens: int = 8192
+    batch_tokens: int = 8192  # inputs decoded together: their source pieces x beam stays within this
     max_open_run: int = 0  # most opening brackets in a row (0: no bound); the training trees open at most 7
 
     def __post_init__(self) -> None:

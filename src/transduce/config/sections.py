@@ -25,17 +25,17 @@ class ModelConfig:
     `layer_norm_eps`: LayerNorm divides by sqrt(variance + eps) (torch.nn.LayerNorm); the paper does not say.
     """
 
-    vocab_size: int = 0
-    n_layers: int = 6
+    vocab_size: int = 0  # the shared source/target vocabulary; 0 = the tokenizer's size (filled in by training)
+    n_layers: int = 6  # N: layers of the encoder and of the decoder (§3.1)
     n_encoder_layers: int | None = None  # None: n_layers
     n_decoder_layers: int | None = None  # None: n_layers
-    d_model: int = 512
-    d_ff: int = 2048
-    n_heads: int = 8
-    dropout: float = 0.1
+    d_model: int = 512  # the width of the embeddings and of every sub-layer's output (§3.1)
+    d_ff: int = 2048  # the inner width of the position-wise feed-forward networks (§3.3)
+    n_heads: int = 8  # h: attention heads; d_model must be divisible by it (d_k = d_model / h, §3.2.2)
+    dropout: float = 0.1  # P_drop: on every sub-layer's output and on the embedding sums (§5.4)
     attention_dropout: float = 0.0  # not in the paper; fairseq's attention_dropout, off by default
     activation_dropout: float = 0.0  # not in the paper; fairseq's: dropout after the FFN's ReLU, off by default
-    max_len: int = 1024
+    max_len: int = 1024  # the most positions a sequence may have, EOS or BOS included (the positional encodings' table)
     norm_first: bool = False  # False = the paper's post-LN: LayerNorm(x + Dropout(Sublayer(x)))
     positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
     # the decoder's own: None = as `positional`; "none" = no positions at all (NoPE, Kazemnejad et al. 2023: the causal
@@ -48,8 +48,8 @@ class ModelConfig:
     word_pointer_last: bool = False  # with word_pointer: the pointer reads the word's last piece as well as its first
     span_pointer: bool = False  # with word_pointer: also the first word of the innermost open constituent
     tree_position: bool = False  # with word_pointer: also the depth and the label of the innermost open constituent
-    pad_id: int = 0
-    layer_norm_eps: float = 1e-5
+    pad_id: int = 0  # the padding token's id: a zero embedding row (padding_idx); padded positions are masked
+    layer_norm_eps: float = 1e-5  # LayerNorm's eps, in sqrt(variance + eps) (torch's default; the paper does not say)
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "d_ff", "n_heads", "max_len"):
@@ -133,14 +133,14 @@ class DataConfig:
     `train`, `valid`, `test` are file prefixes: PREFIX.{src} and PREFIX.{tgt}, optionally gzipped.
     """
 
-    train: str = ""
-    valid: str = ""
-    test: tuple[str, ...] = ()
-    src: str = "en"
-    tgt: str = "de"
-    vocab_size: int = 8000
+    train: str = ""  # training text: the file prefix of PREFIX.{src} and PREFIX.{tgt} (plain or .gz)
+    valid: str = ""  # validation text, a file prefix as `train`; empty = no validation
+    test: tuple[str, ...] = ()  # test sets, file prefixes as `train`: encoded and kept beside the prepared data
+    src: str = "en"  # the source side's file suffix (PREFIX.en)
+    tgt: str = "de"  # the target side's file suffix (PREFIX.de)
+    vocab_size: int = 8000  # pieces of the joint SentencePiece vocabulary that both sides share (§5.1)
     model_type: str = "bpe"  # SentencePiece model: "bpe" or "unigram"
-    lowercase: bool = False
+    lowercase: bool = False  # lowercase the text before SentencePiece (the tokenizer keeps the setting for later input)
     split_digits: bool = False  # SentencePiece: every digit its own piece
     max_len: int = 256  # training pairs longer than this (in tokens, either side) are dropped
     max_ratio: float = 9.0  # training pairs with a longer/shorter length ratio beyond this are dropped (fairseq)
@@ -178,23 +178,23 @@ class TrainConfig:
     # (linear: warm-up to peak_lr, then down to 0 at max_steps)
     lr_clock: bool = False  # linear: also decay with the wall clock, reaching 0 at max_minutes if that comes first
     # (the hour ends with the rate at 0 however fast the machine is; the price: a resumed run is not bit-identical)
-    lr_scale: float = 1.0
-    peak_lr: float = 5e-4
-    warmup_steps: int = 4000
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_eps: float = 1e-9
-    weight_decay: float = 0.0
-    label_smoothing: float = 0.1
+    lr_scale: float = 1.0  # noam: Eq. 3's rate times this
+    peak_lr: float = 5e-4  # inverse_sqrt, constant and linear: the rate reached at the end of the warm-up
+    warmup_steps: int = 4000  # updates of rising rate (Eq. 3's warmup_steps; the others warm up linearly)
+    adam_beta1: float = 0.9  # Adam's beta1 (§5.3)
+    adam_beta2: float = 0.98  # Adam's beta2 (§5.3)
+    adam_eps: float = 1e-9  # Adam's epsilon (§5.3)
+    weight_decay: float = 0.0  # Adam's weight decay (an L2 term in the gradient); 0 = none, as in the paper
+    label_smoothing: float = 0.1  # eps_ls of §5.4: the probability mass spread over the vocabulary
     clip_norm: float = 0.0  # 0 = off, as in the paper
-    valid_every: int = 1000
-    valid_bleu: bool = True
-    valid_max_sentences: int = 500
-    valid_beam: int = 1
+    valid_every: int = 1000  # validate every this many updates (and at the end)
+    valid_bleu: bool = True  # translation: validation also decodes and scores BLEU, not only the loss
+    valid_max_sentences: int = 500  # validation decodes (BLEU, F1) only the first this many sentences
+    valid_beam: int = 1  # the beam of validation's decoding (1 = greedy, for speed)
     early_stop_metric: str = "loss"  # "loss", "bleu" (translation), "accuracy" (classification), "f1" (parsing)
     patience: int = 0  # validations without improvement before stopping; 0 = never stop early
-    save_every: int = 1000
-    keep_last: int = 5
+    save_every: int = 1000  # save a checkpoint every this many updates (and at the end)
+    keep_last: int = 5  # checkpoints kept in the run directory; older ones are removed
     average_last: int = 0  # at the end, average the last N kept checkpoints into RUN/averaged.safetensors (0: no)
     subword_sampling: float = 0.0  # SentencePiece sampling of the training text, drawn anew each epoch (translation:
     # both sides; parsing: the source words) (BPE-dropout rate for a BPE tokenizer, the smoothing alpha for a unigram
@@ -203,12 +203,12 @@ class TrainConfig:
     # replaced by one of the same label from a training tree (its words and its subtree; Shi et al. 2021, "SUB2")
     word_substitution: float = 0.0  # parsing: the share of training words that, each epoch, are replaced by a training
     # word of the same POS tag (the tree unchanged)
-    log_every: int = 50
+    log_every: int = 50  # log the training loss and speed every this many updates
     max_minutes: float = 0.0  # stop (and save) after this much wall-clock time; 0 = no limit
     max_epochs: int = 0  # stop after this many passes over the training data; 0 = no limit
-    seed: int = 1
+    seed: int = 1  # seeds the initialisation, the batch order and dropout (a resumed run continues exactly)
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
-    compile: bool = False
+    compile: bool = False  # torch.compile the model (as `transduce train --compile`)
     # CUDA: let scaled_dot_product_attention use cuDNN's kernel, for the whole run (its validation decoding too).
     # Off by default: cuDNN plans a kernel for every new (batch, length) shape (about 10 ms of host time each, issue
     # 16's profile), which held the first 100 updates of a Multi30k run on an H200 to 1/18 of the steady speed
@@ -273,13 +273,13 @@ MBR_UTILITIES = ("none", "bleu", "chrf")  # decode.mbr: off, or the sentence met
 class DecodeConfig:
     """Inference (the paper's §6.1): beam 4, GNMT length penalty alpha 0.6, max length = a * |x| + b with a=1, b=50."""
 
-    beam: int = 4
-    alpha: float = 0.6
+    beam: int = 4  # the beam size; 1 = greedy search
+    alpha: float = 0.6  # the length penalty's alpha (see length_penalty)
     length_penalty: str = "gnmt"  # "gnmt": ((5+|Y|)/6)^alpha; "length": |Y|^alpha; "none"
-    max_len_a: float = 1.0
-    max_len_b: int = 50
-    nbest: int = 1
-    batch_tokens: int = 4096
+    max_len_a: float = 1.0  # the longest output is max_len_a * |source| + max_len_b tokens
+    max_len_b: int = 50  # see max_len_a
+    nbest: int = 1  # hypotheses returned per input, best first (at most beam)
+    batch_tokens: int = 4096  # inputs decoded together: their longest source x their count stays within this
     # Minimum Bayes risk: "bleu" or "chrf" returns, of the beam's finished hypotheses, the one with the highest
     # expected sentence-level utility against the others (decoding/mbr.py); "none": the most probable (the paper).
     mbr: str = "none"

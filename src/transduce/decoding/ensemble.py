@@ -29,6 +29,10 @@ class EnsembleCache:
 
     caches: list[DecoderCache]
 
+    def expand(self, beams: int) -> None:
+        for cache in self.caches:
+            cache.expand(beams)
+
     def reorder(self, index: Tensor) -> None:
         for cache in self.caches:
             cache.reorder(index)

@@ -115,7 +115,7 @@ def beam_search(
     max_len = _max_lengths(src, a=max_len_a, b=max_len_b, model_max=model.config.max_len)  # (B,)
     lp = lambda n: length_penalty(n, kind=length_penalty_kind, alpha=alpha)
     rows = _Rows(cache, constraint, max_len)
-    rows.select(torch.arange(batch, device=device).repeat_interleave(k))  # (B*k) rows
+    rows.expand(k)  # (B*k) rows, k per sentence
     sent = torch.arange(batch, device=device)  # original index of each sentence still decoding
     tokens = torch.full((batch * k, 1), BOS_ID, dtype=torch.long, device=device)  # (N, t+1)
     scores = torch.zeros(batch, k, device=device)  # (B, k) raw log-probabilities of alive beams
@@ -183,12 +183,20 @@ class _Rows:
 
     def __init__(self, cache, constraint, max_len: Tensor) -> None:
         self.cache, self.constraint = cache, constraint
+        self.sentences, self.device = max_len.numel(), max_len.device
         self.state = constraint.start(max_len) if constraint is not None else None
 
     def mask(self, lprobs: Tensor) -> Tensor:
         if self.constraint is None:
             return lprobs
         return lprobs.masked_fill(~self.constraint.allowed(self.state), float("-inf"))
+
+    def expand(self, k: int) -> None:
+        """Each sentence's row becomes k beam rows (the cache shares the encoder's keys and values among them)."""
+        if self.constraint is not None:
+            rows = torch.arange(self.sentences, device=self.device).repeat_interleave(k)
+            self.state = self.constraint.select(self.state, rows)
+        self.cache.expand(k)
 
     def reorder(self, index: Tensor, new_tokens: Tensor) -> None:
         """Row i now continues row index[i] with new_tokens[i]."""

@@ -101,11 +101,25 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
         self.keep_weights = False  # set by Transformer.recording_attention()
         self.weights: Tensor | None = None  # (B, H, Lq, Lk) when keep_weights
+        self._joined_cache: dict[int, tuple[tuple, Tensor, Tensor]] = {}  # see _joined; not part of the state
+
+    def _joined(self, linears: tuple[nn.Linear, ...]) -> tuple[Tensor, Tensor]:
+        """The projections' weights (n D, D) and biases (n D,) one after the other. Without autograd (decoding
+        calls this at every step) the joined copy is kept until a weight changes (its version or storage)."""
+        if len(linears) == 1:
+            return linears[0].weight, linears[0].bias
+        if torch.is_grad_enabled():
+            return torch.cat([m.weight for m in linears]), torch.cat([m.bias for m in linears])
+        key = tuple((p._version, p.data_ptr(), p.dtype) for m in linears for p in (m.weight, m.bias))
+        kept = self._joined_cache.get(len(linears))
+        if kept is None or kept[0] != key:
+            kept = (key, torch.cat([m.weight for m in linears]), torch.cat([m.bias for m in linears]))
+            self._joined_cache[len(linears)] = kept
+        return kept[1], kept[2]
 
     def _project(self, x: Tensor, *linears: nn.Linear) -> tuple[Tensor, ...]:
         """x (B, L, D) through several D x D projections in one matrix product -> one (B, H, L, K) per projection."""
-        weight = torch.cat([m.weight for m in linears]) if len(linears) > 1 else linears[0].weight  # (n D, D)
-        bias = torch.cat([m.bias for m in linears]) if len(linears) > 1 else linears[0].bias
+        weight, bias = self._joined(linears)  # (n D, D), (n D,)
         batch, length, _ = x.shape
         out = F.linear(x, weight, bias).view(batch, length, len(linears), self.n_heads, self.d_k)
         return out.permute(2, 0, 3, 1, 4).unbind(0)  # n x (B, H, L, K)
@@ -228,9 +242,19 @@ class DecoderLayer(nn.Module):
                 cache.self_kv[layer] = (k, v)
             return self.self_attn.attend(q, k, v, self_mask, causal=causal)
 
+        def cross_attention(h: Tensor) -> Tensor:
+            # §3.2.3: queries from the decoder, keys and values from the encoder output. A sentence's beam rows
+            # share its keys and values (DecoderCache.expand): their queries go in as one row of `beams` positions.
+            beams = 1 if cache is None else cache.beams
+            if beams == 1:
+                return self.cross_attn(h, *memory_kv, cross_mask)
+            rows, length, width = h.shape  # (N, 1, D) -> (B, beams, D) -> (N, 1, D)
+            return self.cross_attn(h.reshape(rows // beams, beams * length, width), *memory_kv, cross_mask).view(
+                rows, length, width
+            )
+
         x = self.sublayer1(x, self_attention)
-        # §3.2.3: queries from the decoder, keys and values from the encoder output.
-        x = self.sublayer2(x, lambda h: self.cross_attn(h, *memory_kv, cross_mask))
+        x = self.sublayer2(x, cross_attention)
         return self.sublayer3(x, self.ff)
 
 
@@ -289,7 +313,9 @@ class DecoderCache:
     """State carried between `decode_step` calls.
 
     memory_kv: per layer, encoder-decoder keys and values (B, H, S, K), computed once from the encoder output.
-    self_kv: per layer, decoder self-attention keys and values of the steps so far (B, H, t, K).
+    self_kv: per layer, decoder self-attention keys and values of the steps so far (N, H, t, K).
+    After `expand(beams)` (beam search) each sentence has `beams` consecutive decoder rows, N = B * beams, which share
+    its encoder keys and values: memory_kv and cross_mask keep one entry per sentence, the other fields one per row.
     """
 
     memory_kv: list[tuple[Tensor, Tensor]]
@@ -297,7 +323,18 @@ class DecoderCache:
     src_pad_mask: Tensor  # (B, S)
     cross_mask: Tensor | None  # (B, 1, 1, S)
     step: int = 0
-    pointer_memory: Tensor | None = None  # (B, S, D..6D) W_p . encoder output (_pointer_memory), word pointer only
+    pointer_memory: Tensor | None = None  # (N, S, D..6D) W_p . encoder output (_pointer_memory), word pointer only
+    beams: int = 1  # decoder rows per sentence (per entry of memory_kv and cross_mask)
+
+    def expand(self, beams: int) -> None:
+        """Before the first step: each sentence's row becomes `beams` consecutive rows. The encoder keys and values
+        are not copied: each step's cross-attention reads them once for all the rows of a sentence."""
+        assert self.step == 0 and self.beams == 1, "expand() comes once, before the first decoding step"
+        rows = torch.arange(self.src_pad_mask.size(0), device=self.src_pad_mask.device).repeat_interleave(beams)
+        self.src_pad_mask = self.src_pad_mask.index_select(0, rows)
+        if self.pointer_memory is not None:
+            self.pointer_memory = self.pointer_memory.index_select(0, rows)
+        self.beams = beams
 
     def reorder(self, index: Tensor) -> None:
         """Keep the self-attention history of rows `index` (beam search: each beam's parent)."""
@@ -309,14 +346,16 @@ class DecoderCache:
         self.self_kv = reordered
 
     def select(self, index: Tensor) -> None:
-        """Keep rows `index` everywhere (drop finished sentences, or expand sentences into beams)."""
+        """Keep rows `index` everywhere (drop finished sentences). After `expand`, `index` keeps whole sentences:
+        all `beams` rows of each, in order."""
         if self.step:
             self.reorder(index)
-        self.memory_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv]
+        shared = index if self.beams == 1 else index.view(-1, self.beams)[:, 0].div(self.beams, rounding_mode="floor")
+        self.memory_kv = [(k.index_select(0, shared), v.index_select(0, shared)) for k, v in self.memory_kv]
+        self.cross_mask = None if self.cross_mask is None else self.cross_mask.index_select(0, shared)
         self.src_pad_mask = self.src_pad_mask.index_select(0, index)
         if self.pointer_memory is not None:
             self.pointer_memory = self.pointer_memory.index_select(0, index)
-        self.cross_mask = None if self.cross_mask is None else self.cross_mask.index_select(0, index)
 
 
 class Decoder(nn.Module):
@@ -385,7 +424,8 @@ class Transformer(nn.Module):
 
     src, tgt_in: (B, S), (B, T) token ids padded with config.pad_id; tgt_in starts with BOS (teacher forcing).
     For decoding: `memory = encode(src)`, `cache = start_decoding(memory, src_pad_mask)`, then
-    `decode_step(last_tokens, cache) -> logits (B, V)` once per output position.
+    `decode_step(last_tokens, cache) -> logits (B, V)` once per output position; beam search first calls
+    `cache.expand(beams)`, then `cache.reorder(index)` and `cache.select(index)` as its beams move.
     """
 
     def __init__(self, config: ModelConfig) -> None:
