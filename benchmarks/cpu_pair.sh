@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# recipes/multi30k-bf16-pair.toml as shipped on this CPU (issue 52: a time-boxed recipe keeps its promise on any CPU):
-# both members trained, then decoded together (beam 4, alpha 1.0: the recipe's) on all of validation and on
-# test_2016_flickr; each member's log keeps its precision pick and its forecast line.
-#   TRANSDUCE_DATA=../shared/data MODE=sequential bash benchmarks/cpu_pair.sh
-# MODE=sequential: seed 1, then seed 2, each with the recipe's 2 threads (the hour as a user runs it).
-# MODE=one-thread: a slowed CPU with half the threads: each member on one thread for its 30 minutes, the two side by
-#   side on the two cores (the compute each member gets is what a one-core machine gives it in the recipe's hour, one
-#   member after the other; the two also share the memory bus here, so if anything this is slower).
-# MODE=side-by-side: both members at once, one thread each, each with the whole hour (train.max_minutes=60): on 2
-#   cores one thread per run wastes less than two threads on one small model, and each run's validations and saves
-#   overlap the other's training.
+# recipes/multi30k-bf16-pair.toml on this CPU (issue 52: a time-boxed recipe keeps its promise on any CPU): both
+# members trained, then decoded together (beam 4, alpha 1.0: the recipe's) on all of validation and on
+# test_2016_flickr; each member's log keeps its precision pick and its forecast line. Figures: BENCHMARKS.md, "A
+# time-boxed recipe on a slower CPU".
+#   TRANSDUCE_DATA=../shared/data MODE=side-by-side bash benchmarks/cpu_pair.sh
+# MODE=side-by-side: the recipe as shipped: both members at once, one thread and the whole hour each
+#   (train.max_minutes=60); on 2 cores one thread per run wastes less than two threads on one small model, and each
+#   run's validations and saves overlap the other's training.
+# MODE=one-core: the same, both pinned to one core (taskset): a CPU with half the cores.
+# MODE=sequential (the recipe before 2026-11-28): seed 1, then seed 2, each with 2 threads and 30 minutes.
+# MODE=one-thread (the same, on a slowed CPU): each member on one thread for 30 minutes, the two side by side.
 # OUT (default benchmarks/out/cpu-pair-MODE) receives the runs' logs and the scores; the runs stay in /tmp.
 set -eu
-MODE=${MODE:-sequential}
+MODE=${MODE:-side-by-side}
 OUT=${OUT:-benchmarks/out/cpu-pair-$MODE}
 PY=${PYTHON:-.venv/bin/python}
 W=/tmp/cpu-pair-$MODE-$(date +%s)
@@ -25,11 +25,11 @@ train() {  # seed, extra --set arguments
 }
 start=$(date +%s)
 case $MODE in
-  sequential) train 1 && train 2 ;;
+  sequential) train 1 --set train.num_threads=2 --set train.max_minutes=30 && train 2 --set train.num_threads=2 --set train.max_minutes=30 ;;
   one-thread)
-    train 1 --set train.num_threads=1 &
+    train 1 --set train.num_threads=1 --set train.max_minutes=30 &
     p1=$!
-    train 2 --set train.num_threads=1 &
+    train 2 --set train.num_threads=1 --set train.max_minutes=30 &
     p2=$!
     wait $p1 && wait $p2
     ;;
@@ -40,7 +40,16 @@ case $MODE in
     p2=$!
     wait $p1 && wait $p2
     ;;
-  *) echo "MODE must be sequential, one-thread or side-by-side, got '$MODE'" >&2; exit 2 ;;
+  one-core)
+    taskset -c 0 $PY -c "" || { echo "one-core needs taskset" >&2; exit 2; }
+    PY="taskset -c 0 $PY"
+    train 1 --set train.num_threads=1 --set train.max_minutes=60 &
+    p1=$!
+    train 2 --set train.num_threads=1 --set train.max_minutes=60 &
+    p2=$!
+    wait $p1 && wait $p2
+    ;;
+  *) echo "MODE must be side-by-side, one-core, sequential or one-thread, got '$MODE'" >&2; exit 2 ;;
 esac
 echo "training wall clock: $(( $(date +%s) - start )) s" | tee "$OUT/wall.txt"
 for split in val test_2016_flickr; do

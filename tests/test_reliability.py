@@ -272,6 +272,13 @@ CASES = {
     "translate --exact with the torch engine": Case(
         ["translate", "{run}", "--exact", "--input", "{tmp}/text.en"], ("--exact applies to --engine ctranslate2",)
     ),
+    "translate --patience with the ctranslate2 engine": Case(
+        ["translate", "{run}", "--engine", "ctranslate2", "--patience", "1", "--input", "{tmp}/text.en"],
+        ("--patience applies to --engine torch",),
+    ),
+    "translate with a negative --patience": Case(
+        ["translate", "{run}", "--patience", "-1", "--input", "{tmp}/text.en"], ("patience must be between 0",)
+    ),
     "translate a missing input file": Case(["translate", "{run}", "--input", "{tmp}/nope.en"], ("no such file",)),
     "an unknown shipped recipe": Case(["train", "nonsense", "--out", "{tmp}/r"], ("multi30k",)),
     "resume without a recipe where there is no run": Case(["train", "--out", "{tmp}/empty"], ("no run to resume",)),

@@ -31,7 +31,9 @@ class FakeCache:
 
 
 class FakeModel:
-    """Implements the decoding interface with probabilities looked up from TABLE."""
+    """Implements the decoding interface with probabilities looked up from TABLE (or `table`)."""
+
+    table = TABLE
 
     config = ModelConfig(vocab_size=V, max_len=64)
 
@@ -48,7 +50,7 @@ class FakeModel:
         cache.history = torch.cat([cache.history, tokens.view(-1, 1)], dim=1)
         logits = torch.full((tokens.size(0), V), -1e9)
         for row, hist in enumerate(cache.history.tolist()):
-            for token, p in TABLE.get(tuple(hist[1:]), {EOS_ID: 1.0}).items():
+            for token, p in self.table.get(tuple(hist[1:]), {EOS_ID: 1.0}).items():
                 logits[row, token] = math.log(p)
         return logits
 
@@ -269,3 +271,37 @@ def test_translator_mbr_chooses_among_the_beams_hypotheses(trained_run):
         DecodeConfig(mbr="ter")
     proc = run_cli("translate", str(run), "--beam", "4", "--mbr", "chrf", "--quiet", input="\n".join(sentences) + "\n")
     assert proc.stdout.splitlines() == [h[0].text if h else "" for h in chosen]
+
+
+class LateWinner(FakeModel):
+    """Beam 2, no length penalty. Step 1: "A A" (0.42) stays alive, "B" ends (0.36). Step 2: "A A A" (0.378) stays
+    alive, "A A" ends (0.042): two hypotheses have finished while an unfinished one still beats them both. Step 3:
+    "A A A" ends at 0.378, the best."""
+
+    table = {
+        (): {A: 0.6, B: 0.4},
+        (A,): {A: 0.7, EOS_ID: 0.3},
+        (B,): {EOS_ID: 0.9, B: 0.1},
+        (A, A): {A: 0.9, EOS_ID: 0.1},
+    }
+
+
+def test_patience_stops_once_beam_times_patience_hypotheses_have_finished():
+    search = dict(beam=2, length_penalty_kind="none", max_len_b=10)
+    (exact,) = beam_search(LateWinner(), SRC, **search)
+    assert exact[0].tokens == [A, A, A] and exact[0].log_prob == pytest.approx(math.log(0.378))
+    (patient,) = beam_search(LateWinner(), SRC, patience=1.0, **search)  # 2 finished after step 2: "B" is kept
+    assert patient[0].tokens == [B] and patient[0].log_prob == pytest.approx(math.log(0.36))
+    (longer,) = beam_search(LateWinner(), SRC, patience=2.0, **search)  # 4 needed: the search goes on
+    assert longer[0].tokens == [A, A, A]
+
+
+@pytest.mark.parametrize(
+    "patience, nbest, error",
+    [(-1.0, 1, "between 0 and 100"), (0.25, 2, "fewer than the 2 asked for"), (float("nan"), 1, "between 0")],
+)
+def test_a_patience_that_cannot_fill_the_nbest_list_is_refused(patience, nbest, error):
+    from transduce.config import ConfigError, DecodeConfig
+
+    with pytest.raises(ConfigError, match=error):
+        DecodeConfig(beam=4, nbest=nbest, patience=patience)

@@ -62,6 +62,13 @@ def decode_options(p) -> None:
         "others by sentence BLEU or chrF (default: the run's decode.mbr, none)",
     )
     p.add_argument("--batch-tokens", type=int, default=None, help="source tokens per batch")
+    p.add_argument(
+        "--patience",
+        type=float,
+        default=None,
+        help="beam search also ends a sentence once beam x P hypotheses have finished (CTranslate2's patience; "
+        "fairseq's rule at 1): faster, a translation may change (default: the run's decode.patience, 0 = exact)",
+    )
     p.add_argument("--device", default="auto")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")

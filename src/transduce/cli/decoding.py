@@ -21,6 +21,10 @@ def cmd_translate(args) -> int:
         from ..config import ConfigError
 
         raise ConfigError("--exact applies to --engine ctranslate2 (the torch engine is the reference)")
+    if args.patience is not None and args.engine == "ctranslate2":
+        from ..config import ConfigError
+
+        raise ConfigError("--patience applies to --engine torch (ctranslate2 runs with its patience 1, or --exact)")
     lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
     translator: Translator | CTranslate2Translator
     if args.engine == "ctranslate2":
@@ -39,6 +43,7 @@ def cmd_translate(args) -> int:
         length_penalty=args.length_penalty,
         mbr=args.mbr,
         progress=progress,
+        **({} if args.patience is None else {"patience": args.patience}),
     )
     for i in translator.truncated:
         print(
@@ -79,6 +84,7 @@ def cmd_evaluate(args) -> int:
         alpha=args.alpha,
         mbr=args.mbr,
         batch_tokens=args.batch_tokens,
+        patience=args.patience,
         progress=not args.quiet,
     )
     seconds = time.perf_counter() - start

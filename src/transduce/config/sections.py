@@ -280,6 +280,10 @@ class DecodeConfig:
     max_len_b: int = 50  # see max_len_a
     nbest: int = 1  # hypotheses returned per input, best first (at most beam)
     batch_tokens: int = 4096  # inputs decoded together: their longest source x their count stays within this
+    # Beam search's stop. 0: a sentence ends when no unfinished hypothesis can beat its finished ones (exact for the
+    # beam). p > 0: also once beam x p hypotheses have finished (CTranslate2's patience; fairseq's rule at 1): fewer
+    # steps, and a translation may change.
+    patience: float = 0.0
     # Minimum Bayes risk: "bleu" or "chrf" returns, of the beam's finished hypotheses, the one with the highest
     # expected sentence-level utility against the others (decoding/mbr.py); "none": the most probable (the paper).
     mbr: str = "none"
@@ -291,6 +295,16 @@ class DecodeConfig:
             raise ConfigError(f"decode.beam ({self.beam}) and decode.nbest ({self.nbest}) need 1 <= nbest <= beam")
         if self.length_penalty not in ("gnmt", "length", "none"):
             raise ConfigError(f"decode.length_penalty must be 'gnmt', 'length' or 'none', got {self.length_penalty!r}")
+        check_patience(self.patience, self.beam, self.nbest)
+
+
+def check_patience(patience: float, beam: int, nbest: int) -> None:
+    """decode.patience (and --patience): 0 (the exact stop) or enough finished hypotheses for the n-best list."""
+    if not 0.0 <= patience <= 100.0:
+        raise ConfigError(f"the patience must be between 0 and 100 (0: the exact stop), got {patience}")
+    if patience and beam * patience < nbest:
+        ends = f"a patience of {patience} ends a sentence after {beam * patience:g} finished hypotheses"
+        raise ConfigError(f"{ends}, fewer than the {nbest} asked for")
 
 
 @dataclass(frozen=True, kw_only=True)

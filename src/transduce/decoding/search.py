@@ -107,9 +107,11 @@ def beam_search(
     max_len_b: int = 50,
     nbest: int = 1,
     constraint=None,
+    patience: float = 0.0,
 ) -> list[list[Hypothesis]]:
     """Batched beam search: per sentence, its `nbest` best finished hypotheses, best first. `constraint` (optional,
-    e.g. decoding.constraints.TreeConstraint) limits the tokens each row may emit; its state follows the cache."""
+    e.g. decoding.constraints.TreeConstraint) limits the tokens each row may emit; its state follows the cache.
+    `patience` > 0 also ends a sentence once beam x patience hypotheses have finished (DecodeConfig.patience)."""
     device, batch, k = src.device, src.size(0), beam
     cache = model.start_decoding(model.encode(src), model.pad_mask(src))
     max_len = _max_lengths(src, a=max_len_a, b=max_len_b, model_max=model.config.max_len)  # (B,)
@@ -122,6 +124,7 @@ def beam_search(
     scores[:, 1:] = float("-inf")  # at t = 0 all beams are the same: keep one
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     kept = _Finished.empty(batch, k, device)
+    n_finished = torch.zeros(batch, device=device)  # (B,) hypotheses ended so far (for `patience`)
     among_k = torch.arange(2 * k, device=device).lt(k)  # (2k,) the k best of the 2k candidates
 
     for t in range(int(max_len.max())):
@@ -135,6 +138,7 @@ def beam_search(
         new_norm = torch.where(is_eos, top_score / lp(torch.tensor(float(t + 1), device=device)), float("-inf"))
         hist = tokens[origin.view(-1)].view(sent.numel(), 2 * k, t + 1)[:, :, 1:]  # (B, 2k, t) without BOS
         kept.merge(new_norm, top_score, torch.cat([hist, token.unsqueeze(2)], dim=2))
+        n_finished += is_eos.sum(dim=1)
         # Alive: the k best candidates that did not end in EOS.
         scores, pick = top_score.masked_fill(token.eq(EOS_ID), float("-inf")).topk(k, dim=1)  # (B, k)
         alive_rows = origin.gather(1, pick).view(-1)  # (N,)
@@ -145,6 +149,8 @@ def beam_search(
         best_alive = scores.max(dim=1).values  # (B,)
         done = kept.score[:, nbest - 1].ge(best_alive / lp(max_len[sent].float()))
         done |= max_len[sent].le(t + 1) | best_alive.eq(float("-inf"))
+        if patience > 0:
+            done |= n_finished.ge(k * patience)
         if bool(done.any()):
             for i in done.nonzero().view(-1).tolist():
                 finished[int(sent[i])] = kept.collect(i, nbest)
@@ -152,7 +158,12 @@ def beam_search(
             if keep_sent.numel() == 0:
                 break
             keep_rows = (keep_sent.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
-            sent, scores, tokens = sent[keep_sent], scores[keep_sent], tokens[keep_rows]
+            sent, scores, tokens, n_finished = (
+                sent[keep_sent],
+                scores[keep_sent],
+                tokens[keep_rows],
+                n_finished[keep_sent],
+            )
             kept.select(keep_sent)
             rows.select(keep_rows)
     return finished

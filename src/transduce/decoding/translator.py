@@ -155,6 +155,7 @@ class Translator:
         batch_tokens: int | None = None,
         length_penalty: str | None = None,
         mbr: str | None = None,
+        patience: float | None = None,
         progress: bool = False,
     ) -> list[list[Translation]]:
         """Per sentence, its `nbest` best translations, best first; an empty line gets an empty list. With `mbr`
@@ -165,11 +166,13 @@ class Translator:
         penalty = d.length_penalty if length_penalty is None else length_penalty
         batch_tokens = d.batch_tokens if batch_tokens is None else batch_tokens
         mbr = d.mbr if mbr is None else mbr
-        if not 1 <= nbest <= beam:
-            from ..config import ConfigError
+        patience = d.patience if patience is None else patience
+        from ..config import ConfigError, check_patience
 
+        if not 1 <= nbest <= beam:
             raise ConfigError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
         keep, nbest = nbest, (beam if mbr != "none" else nbest)  # MBR chooses among all the beam finishes
+        check_patience(patience, beam, nbest)
         results: list[list[Translation]] = [[] for _ in sentences]
         todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
         sources = self.encode_sources([sentences[i] for i in todo])
@@ -186,7 +189,7 @@ class Translator:
                 if beam == 1 and nbest == 1:
                     hyps = greedy_search(self.model, src, **search)
                 else:
-                    hyps = beam_search(self.model, src, beam=beam, nbest=nbest, **search)
+                    hyps = beam_search(self.model, src, beam=beam, nbest=nbest, patience=patience, **search)
                 for j, sent_hyps in zip(batch, hyps):
                     texts = self.tokenizer.decode([h.tokens for h in sent_hyps])
                     found = [Translation(t, h.score, h.tokens) for t, h in zip(texts, sent_hyps)]
