@@ -26,7 +26,16 @@ from .loading import (
     task_name,
 )
 from .parsing import ParseDataConfig, ParseDecodeConfig, ParsingRunConfig
-from .sections import MBR_UTILITIES, Config, ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from .sections import (
+    MBR_UTILITIES,
+    Config,
+    ConfigError,
+    DataConfig,
+    DecodeConfig,
+    ModelConfig,
+    TrainConfig,
+    check_patience,
+)
 
 __all__ = [
     "MBR_UTILITIES",
@@ -45,6 +54,7 @@ __all__ = [
     "ParsingRunConfig",
     "TrainConfig",
     "apply_overrides",
+    "check_patience",
     "config_from_dict",
     "find_recipe",
     "load_config",
