@@ -20,11 +20,12 @@ from collections.abc import Iterator
 
 import torch
 
+from transduce.cli.parsing import _gold_report
 from transduce.data import resolve_path
+from transduce.data.trees import read_trees, tags, words
 from transduce.decoding import constraints
+from transduce.decoding.parser import Parser
 from transduce.tasks import evalb
-from transduce.tasks.parsing import Parser, _gold_report
-from transduce.tasks.trees import read_trees, tags, words
 
 
 @contextlib.contextmanager

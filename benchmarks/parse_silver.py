@@ -21,10 +21,11 @@ import re
 import sys
 from pathlib import Path
 
+from transduce.config import ClassifyDataConfig
 from transduce.data import read_lines, resolve_path
+from transduce.data.labelled import read_labelled
+from transduce.decoding.parser import Parser
 from transduce.outputs import atomic_write_text
-from transduce.tasks.classification import ClassifyDataConfig, read_labelled
-from transduce.tasks.parsing import Parser
 
 CLITIC = re.compile(r"(?i)(\w)(n't|'s|'m|'d|'re|'ve|'ll)\b")
 

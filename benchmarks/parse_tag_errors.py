@@ -14,7 +14,7 @@ import argparse
 from collections import Counter
 
 from transduce.data import resolve_path
-from transduce.tasks.trees import parse_tree, read_trees, tags, words
+from transduce.data.trees import parse_tree, read_trees, tags, words
 
 BANDS = ((0, 0, "unseen"), (1, 4, "1-4"), (5, 49, "5-49"), (50, None, "50+"))
 

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from transduce.config import load_config
-from transduce.tasks.base import task_class
+from transduce.tasks import task_class
 
 
 def main() -> None:

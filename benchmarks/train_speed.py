@@ -30,7 +30,7 @@ from transduce.config import load_config
 from transduce.data import load_prepared
 from transduce.data.batching import make_batches
 from transduce.model import Transformer
-from transduce.training.loop import train
+from transduce.tasks import train
 
 ROOT = Path(__file__).resolve().parent.parent
 

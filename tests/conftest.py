@@ -130,9 +130,10 @@ def untrained_classifier(tokenizer_path: Path, labels: list[str]):
     """An untrained classifier on a run's tokenizer: enough to exercise serving routes and the page."""
     import torch
 
-    from transduce.config import ModelConfig
+    from transduce.config import ClassifierRunConfig, HeadConfig, ModelConfig
     from transduce.data.tokenizer import Tokenizer
-    from transduce.tasks.classification import Classifier, ClassifierRunConfig, HeadConfig, TransformerClassifier
+    from transduce.decoding.classifier import Classifier
+    from transduce.model.classifier import TransformerClassifier
 
     torch.manual_seed(0)
     tokenizer = Tokenizer(tokenizer_path)

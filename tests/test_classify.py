@@ -7,17 +7,11 @@ import pytest
 import torch
 from conftest import ROOT, run_cli
 
-from transduce.config import ConfigError, ModelConfig, load_config
+from transduce.config import ClassifierRunConfig, ClassifyDataConfig, ConfigError, HeadConfig, ModelConfig, load_config
 from transduce.data import DataError
+from transduce.data.labelled import read_labelled, truncate
 from transduce.model import Encoder
-from transduce.tasks.classification import (
-    ClassifierRunConfig,
-    ClassifyDataConfig,
-    HeadConfig,
-    TransformerClassifier,
-    read_labelled,
-    truncate,
-)
+from transduce.model.classifier import TransformerClassifier
 
 GOOD = "great wonderful superb lovely excellent fine".split()
 BAD = "awful terrible boring dull poor bad".split()

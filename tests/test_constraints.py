@@ -8,9 +8,7 @@ import torch
 from test_search import FakeCache  # the same stand-in cache as the search tests
 
 from transduce.data.tokenizer import EOS_ID, PAD_ID
-from transduce.decoding.constraints import TreeConstraint, min_output_length
-from transduce.decoding.search import beam_search, greedy_search
-from transduce.tasks.trees import (
+from transduce.data.trees import (
     SPECIALS,
     Tree,
     TreeError,
@@ -18,9 +16,11 @@ from transduce.tasks.trees import (
     delinearize,
     parse_tree,
 )
-from transduce.tasks.trees import (
+from transduce.data.trees import (
     words as leaves_of,
 )
+from transduce.decoding.constraints import TreeConstraint, min_output_length
+from transduce.decoding.search import beam_search, greedy_search
 
 TREES = [
     parse_tree("(ROOT (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))"),
@@ -242,7 +242,7 @@ def test_span_pointer_follows_the_innermost_open_constituent():
     """Bound with span=True (model.span_pointer), the pointer's last column is the first piece of the first word of
     each row's innermost open constituent, the source EOS outside the root: step by step against span_words (what
     training reads off the target), on rows decoding different trees, through reorder and select."""
-    from transduce.tasks.parsing import span_words
+    from transduce.data.pointers import span_words
 
     kinds = constraint().kinds.numpy()
     sequences = [  # a tree per row, as target ids (with EOS)
@@ -280,7 +280,7 @@ def test_tree_position_follows_the_depth_and_the_innermost_open_label():
     its innermost open "(LABEL" (0 outside the root): step by step against tree_states (what training reads off the
     target), on rows decoding different trees, through reorder and select; with span=True too, the span column comes
     before them."""
-    from transduce.tasks.parsing import span_words, tree_states
+    from transduce.data.pointers import span_words, tree_states
 
     kinds = constraint().kinds.numpy()
     sequences = [  # a tree per row, as target ids (with EOS)

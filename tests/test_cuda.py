@@ -19,9 +19,10 @@ from conftest import run_cli, tiny_recipe
 
 from transduce.config import load_config
 from transduce.decoding.translator import Translator
+from transduce.tasks import train
 from transduce.tasks.translation import TranslationTask
 from transduce.training.distributed import Ranks
-from transduce.training.loop import Session, train
+from transduce.training.loop import Session
 from transduce.training.runlog import RunLog
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -151,7 +152,7 @@ def test_a_training_update_on_cuda_never_waits_for_the_gpu(tmp_path, toy_corpus)
 def test_cudnn_attention_is_off_on_cuda_unless_the_recipe_asks(tmp_path, toy_corpus):
     """pick_device turns cuDNN's attention off (it plans a kernel per new shape); train.cudnn_attention = true turns
     it back on for a training run, and only for that run."""
-    from transduce.decoding.translator import pick_device
+    from transduce.device import pick_device
 
     saved = torch.backends.cuda.cudnn_sdp_enabled()
     try:

@@ -7,6 +7,14 @@ from pathlib import Path
 import pytest
 from conftest import shared_data
 
+from transduce.data.trees import (
+    TreeError,
+    normalize,
+    parse_tree,
+    read_trees,
+    tags,
+    to_string,
+)
 from transduce.tasks.evalb import (
     COLLINS,
     ERROR,
@@ -20,14 +28,6 @@ from transduce.tasks.evalb import (
     read_params,
     read_sentences,
     score_corpus,
-)
-from transduce.tasks.trees import (
-    TreeError,
-    normalize,
-    parse_tree,
-    read_trees,
-    tags,
-    to_string,
 )
 
 

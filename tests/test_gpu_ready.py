@@ -12,7 +12,7 @@ from conftest import tiny_recipe
 
 from transduce.config import load_config
 from transduce.data import collate
-from transduce.data.parallel import padded_width
+from transduce.data.corpus import padded_width
 from transduce.tasks.translation import TranslationTask
 from transduce.training.distributed import Ranks
 from transduce.training.loop import Session
@@ -70,7 +70,7 @@ def test_cudnn_attention_is_a_train_option_that_leaves_the_cpu_alone(tmp_path, t
     """train.cudnn_attention (issue 16) is read from a recipe; on CPU neither it nor pick_device touches torch's
     global cuDNN-attention switch (tests/test_cuda.py checks what they do on CUDA)."""
     from transduce.config import ConfigError
-    from transduce.decoding.translator import pick_device
+    from transduce.device import pick_device
 
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus)
     assert load_config(recipe, ["train.cudnn_attention=true"]).train.cudnn_attention is True

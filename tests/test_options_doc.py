@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transduce.options_reference import COMMAND, default_task, field_help, main, own_help, render, task_tables
-from transduce.tasks.base import TASKS
+from transduce.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "options.md"

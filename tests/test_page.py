@@ -154,7 +154,7 @@ def test_a_classifier_page_shows_label_and_probabilities(chromium_browser, train
 def test_a_parsing_page_draws_the_tree(chromium_browser, tmp_path_factory, tmp_path):
     from test_serve import untrained_parse_run
 
-    from transduce.tasks.parsing import Parser
+    from transduce.decoding.parser import Parser
 
     parser = Parser.from_run(untrained_parse_run(tmp_path_factory.mktemp("parse-page")), device="cpu")
     sentence = "the old dog ( a cat ) sees every tree ."

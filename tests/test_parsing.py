@@ -21,18 +21,21 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import shared_data
 
-from transduce.config import ConfigError, ModelConfig, TrainConfig, config_from_dict, recipes_folder
-from transduce.data import DataError
-from transduce.model import Transformer
-from transduce.tasks import trees
-from transduce.tasks.parsing import (
+from transduce.cli.parsing import parse_command
+from transduce.config import (
+    ConfigError,
+    ModelConfig,
     ParseDataConfig,
     ParseDecodeConfig,
-    Parser,
     ParsingRunConfig,
-    ParsingTask,
-    parse_command,
+    TrainConfig,
+    config_from_dict,
+    recipes_folder,
 )
+from transduce.data import DataError, trees
+from transduce.decoding.parser import Parser
+from transduce.model import Transformer
+from transduce.tasks.parsing import ParsingTask
 from transduce.training.checkpoint import save_weights
 
 DETERMINERS = ["the", "a", "every", "this"]
@@ -363,7 +366,7 @@ def test_extra_training_trees_from_the_wsj_sample(tmp_path):
 
 
 def test_training_end_to_end_then_parse(tmp_path, treebank):
-    from transduce.training.loop import train
+    from transduce.tasks import train
 
     config = tiny_config(*treebank, max_steps=30, valid_every=30, save_every=30, valid_max_sentences=5)
     result = train(config, tmp_path / "run", quiet=True)
@@ -378,7 +381,7 @@ def test_training_end_to_end_then_parse(tmp_path, treebank):
 def test_run_config_may_name_its_task(tiny_run, tmp_path):
     import json
 
-    from transduce.tasks.parsing import read_run_config
+    from transduce.decoding.parser import read_run_config
 
     run, task = tiny_run
     raw = json.loads((run / "config.json").read_text(encoding="utf-8"))
@@ -555,7 +558,7 @@ def _teacher_forced_token_log_probs(
 ) -> torch.Tensor:
     """log P of each of tokens + EOS under teacher forcing (one model); an EOS forced at the length limit
     (max_len_b 40 here) counts 0, as in the search."""
-    from transduce.tasks.parsing import word_positions
+    from transduce.data.pointers import word_positions
 
     target = tokens + [3]  # + EOS
     last = parser.model.config.word_pointer_last
@@ -590,7 +593,7 @@ def test_pointer_decoding_scores_equal_teacher_forcing(pointer_run):
     run, _ = pointer_run
     parser = Parser.from_run(run, device="cpu")
     words_ = "the big dog sees a cat near the river .".split()
-    from transduce.tasks.parsing import pointer_targets
+    from transduce.data.pointers import pointer_targets
 
     (source,), (starts,) = parser._sources([words_])
     last = parser.model.config.word_pointer_last
@@ -611,7 +614,7 @@ def test_words_are_encoded_one_by_one_with_their_starts(pointer_run):
     """Every word gets its own pieces and its start, even where SentencePiece's normalisation would split a word
     (NFKC turns the acute accent into a space and an accent) or drop it (a zero-width space): UNK then."""
     from transduce.data.tokenizer import UNK_ID
-    from transduce.tasks.parsing import encode_words
+    from transduce.data.treebank import encode_words
 
     run, task = pointer_run
     words_ = ["I", "don\u00b4t", "\u200b", "know"]
@@ -652,8 +655,8 @@ def _resumes_exactly_and_keeps_its_draws(config: ParsingRunConfig, tmp_path: Pat
     something else."""
     from safetensors.torch import load_file
 
+    from transduce.tasks import train
     from transduce.training.checkpoint import checkpoint_dirs
-    from transduce.training.loop import train
 
     def final(run):
         return load_file(str(checkpoint_dirs(run)[-1] / "model.safetensors"))
@@ -714,7 +717,8 @@ def test_tree_phrases_and_same_label_substitution():
     """tree_phrases lists every constituent below the root with its tokens and words; substitute_subtrees replaces
     one constituent by another of the same label, words and subtree together (the rest of both trees untouched), at
     the rate asked, within max_len, and leaves its inputs as they were."""
-    from transduce.tasks.parsing import TargetVocab, substitute_subtrees, tree_phrases
+    from transduce.data.augment import substitute_subtrees, tree_phrases
+    from transduce.data.treebank import TargetVocab
 
     first = trees.parse_tree("(ROOT (S (NP (DT the) (NN dog)) (VP (VBZ sees) (NP (DT a) (NN cat))) (. .)))")
     second = trees.parse_tree("(ROOT (S (NP (NP (NN river)) (PP (IN in) (NP (NN spring)))) (VP (VBZ runs))))")
@@ -829,7 +833,7 @@ def test_same_tag_word_substitution():
     """substitute_words replaces words by training words of the same tag, drawn as often as they occur, at the rate
     asked, within each sentence's budget, from the sentence's own group when given, and leaves its inputs as they
     were."""
-    from transduce.tasks.parsing import substitute_words
+    from transduce.data.augment import substitute_words
 
     sentences = [[[1], [2, 2], [3]], [[4], [5]], [[6, 6, 6]], [[5]]]  # each word's pieces; word "5" occurs twice
     tags = [np.array([7, 8, 9]), np.array([7, 8]), np.array([8]), np.array([8])]  # tag 9: one word, never changes
@@ -932,9 +936,10 @@ def test_extra_trees_marked_apart_through_every_draw(tmp_path, treebank):
     source holds the id, and the data cache key is the one of runs made before the option."""
     import hashlib
 
+    from transduce.config import ParseDataConfig
     from transduce.data.tokenizer import BOS_ID
-    from transduce.tasks.parsing import CACHE_VERSION, ParseDataConfig, _cache_key
-    from transduce.training.loop import train
+    from transduce.data.treebank import CACHE_VERSION, _cache_key
+    from transduce.tasks import train
 
     extra = write_treebank(tmp_path / "extra.trees", 40, seed=7)
     settings = {"subword_sampling": 0.2, "word_substitution": 0.2, "subtree_substitution": 0.5, "max_steps": 6}
@@ -1022,8 +1027,8 @@ def test_a_parser_ensemble_scores_the_mean_of_its_members_probabilities(pointer_
     """Two different models (other initial weights): every hypothesis of the ensemble's greedy and beam search has
     log-probability sum_t log((P_1(y_t) + P_2(y_t)) / 2), each member teacher-forced on the hypothesis's tokens with
     its own pointer positions; every output is a tree over the input words."""
+    from transduce.data.pointers import pointer_targets
     from transduce.decoding.search import beam_search, greedy_search
-    from transduce.tasks.parsing import pointer_targets
 
     run, task = pointer_run
     other = tmp_path / "other"

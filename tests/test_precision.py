@@ -13,7 +13,7 @@ from test_parsing import tiny_config, write_treebank
 from transduce import ModelConfig, Transformer
 from transduce.config import ConfigError, TrainConfig, load_config
 from transduce.model import cpu_speed
-from transduce.training.loop import train
+from transduce.tasks import train
 from transduce.training.loss import label_smoothed_nll
 
 
@@ -154,7 +154,7 @@ def test_translation_trains_in_bf16_and_saves_float32_weights(tmp_path, toy_corp
 
 
 def test_parsing_with_every_pointer_trains_in_bf16_and_parses(tmp_path, native):
-    from transduce.tasks.parsing import Parser
+    from transduce.decoding.parser import Parser
 
     train_trees, dev = write_treebank(tmp_path / "train.trees", 300, 0), write_treebank(tmp_path / "dev.trees", 30, 1)
     config = tiny_config(train_trees, dev, max_steps=40, valid_every=40, save_every=40, precision="bf16")
@@ -170,7 +170,7 @@ def test_parsing_with_every_pointer_trains_in_bf16_and_parses(tmp_path, native):
 def test_the_classifier_trains_in_bf16(tmp_path, native):
     from test_classify import recipe, toy_rows, write_tsv
 
-    from transduce.tasks.classification import ClassifierRunConfig
+    from transduce.config import ClassifierRunConfig
 
     train_tsv = write_tsv(tmp_path / "train.tsv", toy_rows(600, 0))
     config = load_config(recipe(tmp_path, train_tsv, epochs=4), ["train.precision=bf16"], cls=ClassifierRunConfig)

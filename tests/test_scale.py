@@ -269,7 +269,7 @@ def test_subword_sampling_reads_the_training_text_by_offsets_and_refuses_a_chang
 
     from transduce.config import load_config
     from transduce.data.training_text import TrainingText
-    from transduce.tasks.base import task_class
+    from transduce.tasks import task_class
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -358,7 +358,7 @@ def test_an_epoch_drawn_whole_by_the_earlier_version_is_finished_on_that_draw(tm
     from transduce.config import load_config
     from transduce.data import TokenArrays
     from transduce.outputs import atomic_folder
-    from transduce.tasks.base import task_class
+    from transduce.tasks import task_class
     from transduce.tasks.translation import DRAW, SUBWORDS
 
     corpus = tmp_path / "corpus"

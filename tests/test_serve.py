@@ -348,7 +348,7 @@ def parse_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def parser(parse_run):
-    from transduce.tasks.parsing import Parser
+    from transduce.decoding.parser import Parser
 
     return Parser.from_run(parse_run, device="cpu")
 
@@ -360,7 +360,7 @@ def parse_client(parser):
 
 
 def test_parse_answers_one_tree_per_sentence_over_its_words(parse_client, parser):
-    from transduce.tasks.trees import escape_word, parse_tree, words
+    from transduce.data.trees import escape_word, parse_tree, words
 
     info = parse_client.get("/v1/info").json()
     assert info["task"] == "parsing" and info["attention"] is True

@@ -17,8 +17,9 @@ from transduce.config import ConfigError, TrainConfig, load_config
 from transduce.data.batching import make_batches
 from transduce.model import cpu_speed
 from transduce.model.cpu_speed import keep_freed_memory
+from transduce.tasks import train
 from transduce.training.checkpoint import average_checkpoints, checkpoint_dirs
-from transduce.training.loop import TrainingError, train
+from transduce.training.loop import TrainingError
 from transduce.training.loss import label_smoothed_nll
 from transduce.training.optim import inverse_sqrt_lr, learning_rate, linear_decay_lr, noam_lr
 
@@ -461,7 +462,7 @@ def test_subword_sampling_draws_per_batch_and_resumes_exactly(tmp_path, toy_corp
     prepared ones, the same text), read from the training files; the batches are those of the prepared lengths.
     Within one process SentencePiece repeats a seeded draw, so there a run stopped and resumed equals a straight
     run; nothing epoch-sized is written."""
-    from transduce.tasks.base import task_class
+    from transduce.tasks import task_class
 
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=40, save_every=10)
     sampled = ["train.subword_sampling=0.3", "train.max_tokens=1500"]  # short epochs

@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 
 from transduce.config import ConfigError, load_config
 from transduce.data.tokenizer import Tokenizer
+from transduce.tasks import train
 from transduce.training.checkpoint import checkpoint_dirs
-from transduce.training.loop import train
 from transduce.training.optim import learning_rate
 
 
@@ -74,7 +74,7 @@ def test_patience_stops_early_and_best_weights_are_those_of_the_best_validation(
 
 def _valid_loss(config, run: Path, weights: Path) -> float:
     """Validation loss of `weights`, computed the way training computes it."""
-    from transduce.tasks.base import task_class
+    from transduce.tasks import task_class
     from transduce.training.checkpoint import load_weights
 
     task = task_class("translation").prepare(config, run, main=True, log=lambda _: None, barrier=lambda: None)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import shared_data
 
-from transduce.tasks.trees import (
+from transduce.data.trees import (
     CLOSE,
     SPECIALS,
     XX,

@@ -39,8 +39,8 @@ __all__ = [
 
 _LAZY = {
     "Translator": "transduce.decoding.translator",
-    "Classifier": "transduce.tasks.classification",
-    "Parser": "transduce.tasks.parsing",
+    "Classifier": "transduce.decoding.classifier",
+    "Parser": "transduce.decoding.parser",
     "Transformer": "transduce.model",
 }
 
@@ -55,7 +55,7 @@ def train(config: Any, run_dir: str | Path, *, overrides: list[str] | None = Non
     """Train (or resume) in `run_dir`. `config`: a config object (load_config), or a recipe's path or shipped name.
 
     Returns {"step", "stopped", "best", "config"}."""
-    from .training.loop import train as train_task
+    from .tasks import train as train_task
 
     if isinstance(config, (str, Path)):
         config = load_config(config, overrides or [])

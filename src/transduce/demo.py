@@ -122,7 +122,7 @@ def _refuse_another_run(out_dir: Path) -> None:
 def run_demo(out_dir: str | Path = "runs/demo", *, overrides=(), samples: int = 5, quiet: bool = False) -> float:
     """Generate, train, decode the held-out numbers; print samples and exact match. Returns the exact-match rate."""
     from .decoding.translator import Translator
-    from .training.loop import train
+    from .tasks import train
 
     _refuse_another_run(Path(out_dir))  # before anything is written into it
     out_dir = claim_folder(out_dir, "run", task="translation")  # new, empty or an earlier demo: never a user's

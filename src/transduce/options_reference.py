@@ -1,7 +1,7 @@
 """The options reference, docs/options.md, generated from the config dataclasses (issue 49).
 
 What a recipe may say is whatever the loader (`config.config_from_dict`) accepts, so the page is built the way the
-loader builds a config: the task names of `tasks.base.TASKS`, each task's run config class
+loader builds a config: the task names of `config.RUN_CONFIGS`, each task's run config class
 (`config.task_config_class`), its sections (the TOML tables) from the class's type hints, and the defaults from an
 instance of the run config (a task may give a shared section other defaults, as classification does for [model]).
 No module path of a task is written here, so a task module may move without touching this file.
@@ -33,9 +33,8 @@ import typing
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import task_config_class
+from .config import RUN_CONFIGS, task_config_class
 from .outputs import atomic_write_text
-from .tasks.base import TASKS
 
 COMMAND = "python scripts/options_reference.py"
 
@@ -53,7 +52,7 @@ class Table:
 
 def default_task() -> str:
     """The task of a recipe without a `task` key: the one whose run config the loader picks for None."""
-    return next(name for name in TASKS if task_config_class(name) is task_config_class(None))
+    return next(name for name in RUN_CONFIGS if task_config_class(name) is task_config_class(None))
 
 
 def task_tables(task: str) -> list[Table]:
@@ -195,7 +194,7 @@ def _changed_defaults(table: Table, base: Table) -> list[str]:
 
 def render() -> str:
     """The whole page, docs/options.md."""
-    names, default = ", ".join(json.dumps(name) for name in TASKS), default_task()
+    names, default = ", ".join(json.dumps(name) for name in RUN_CONFIGS), default_task()
     out = [
         "# Options reference",
         "",
@@ -215,7 +214,7 @@ def render() -> str:
         "below |",
     ]
     base = {t.section: t for t in task_tables(default)}
-    for task in TASKS:
+    for task in RUN_CONFIGS:
         tables = task_tables(task)
         out += ["", f"## {task}" + (" (the default task)" if task == default else ""), ""]
         out += _paragraphs(class_doc(task_config_class(task)))

@@ -10,9 +10,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from ..config import ConfigError
     from ..data import DataError
     from ..data.tokenizer import TokenizerError
+    from ..data.trees import TreeError
     from ..export.ctranslate2 import ExportError  # does not import ctranslate2 itself
     from ..outputs import OutputError
-    from ..tasks.trees import TreeError
     from ..training.checkpoint import CheckpointError
     from ..training.loop import TrainingError
 

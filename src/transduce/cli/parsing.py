@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .common import check_decoding, input_path
+
+if TYPE_CHECKING:
+    from ..data.trees import Tree
 
 
 def cmd_evalb(args) -> int:
@@ -25,8 +32,7 @@ def cmd_evalb(args) -> int:
 def cmd_parse(args) -> int:
     from ..config import ConfigError
     from ..data import DataError, read_lines
-    from ..tasks.parsing import parse_command
-    from ..tasks.trees import read_trees, words
+    from ..data.trees import read_trees, words
 
     check_decoding(args)
     for option, given in (("--words-from-gold", args.words_from_gold), ("--scores-only", args.scores_only)):
@@ -59,6 +65,77 @@ def cmd_parse(args) -> int:
     if report is not None:  # the trees go to stdout; the scores too with --scores-only, else to stderr
         print(report, file=sys.stdout if args.scores_only else sys.stderr)
     return 0
+
+
+def parse_command(
+    run: str | Path,
+    lines: Sequence[str],
+    *,
+    gold_path: str | Path | None = None,
+    beam: int | None = None,
+    alpha: float | None = None,
+    max_open_run: int | None = None,
+    device: str = "auto",
+    progress: bool = False,
+    ensemble: Sequence[str | Path] = (),
+) -> tuple[list[str], str | None]:
+    """`transduce parse RUN [--input FILE] [--gold TREES]`: one tree per input line (an empty line gives ""), and
+    with a gold tree file (one tree per line, line for line with the input) the scores as text: F1 with gold tags put
+    back and with the parser's own tags, exact-match rate, tagging accuracy, then EVALB's summary blocks.
+    `max_open_run`: overrides the run's decode.max_open_run (0: no bound). `ensemble`: more runs decoded together
+    with `run` (Parser.from_runs)."""
+    from ..data import DataError, resolve_path
+    from ..data.trees import to_string
+    from ..decoding.parser import Parser
+    from ..tasks import evalb
+
+    parser = Parser.from_runs([run, *ensemble], device=device)
+    if max_open_run is not None:
+        decode = dataclasses.replace(parser.decode, max_open_run=max_open_run)  # checked by ParseDecodeConfig
+        parser = Parser(parser.model, parser.tokenizer, parser.vocab, decode=decode)
+    gold = None
+    if gold_path is not None:
+        gold_file = resolve_path(gold_path)
+        gold = evalb.read_sentences(gold_file, gold=True)
+        if len(gold) != len(lines):
+            raise DataError(
+                f"{gold_path} has {len(gold)} lines but the input has {len(lines)}; the gold trees "
+                "must be line for line with the sentences"
+            )
+    trees = parser.parse_trees(list(lines), beam=beam, alpha=alpha, progress=progress)
+    output = ["" if t is None else to_string(t) for t in trees]
+    if gold is None:
+        return output, None
+    return output, _gold_report(gold, trees, tagged=parser.vocab.keep_tags, source=str(gold_path))
+
+
+def _gold_report(gold: list, trees: list[Tree | None], *, tagged: bool, source: str) -> str:
+    from ..data.trees import Tree
+    from ..tasks import evalb
+
+    gold_trees = [g[0] if isinstance(g, list) and len(g) == 1 else g for g in gold]
+    retagged = [
+        evalb.put_gold_tags(t, g) if isinstance(t, Tree) and isinstance(g, Tree) else t
+        for t, g in zip(trees, gold_trees)
+    ]
+    params = evalb.default_params()
+    with_gold = evalb.score_corpus(gold, retagged, params, strict=True)
+    lines = [
+        f"scored against {source}: {len(trees)} sentences (EVALB, COLLINS.prm + DELETE_LABEL ROOT, strict)",
+        f"F1 (gold tags put back)   = {with_gold.f1:6.2f}",
+    ]
+    own = evalb.score_corpus(gold, trees, params, strict=True) if tagged else None
+    if own is not None:
+        lines.append(f"F1 (predicted tags)       = {own.f1:6.2f}")
+    lines.append(f"Exact match               = {with_gold.all.complete_match:6.2f}  (gold tags put back)")
+    if own is not None:
+        lines.append(f"Tagging accuracy          = {own.all.tagging_accuracy:6.2f}")
+    else:
+        lines.append("(the model writes XX for every POS tag: no predicted-tag F1 or tagging accuracy)")
+    lines += ["", "=== EVALB, gold tags put back ===", evalb.format_report(with_gold)]
+    if own is not None:
+        lines += ["=== EVALB, predicted tags ===", evalb.format_report(own)]
+    return "\n".join(lines)
 
 
 def register(sub) -> None:

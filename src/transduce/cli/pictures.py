@@ -13,7 +13,7 @@ def _attention_source(run: str, device: str):
 
     run_dir, _ = find_weights(run)
     if read_config_dict(run_dir / "config.json").get("task") == "parsing":
-        from ..tasks.parsing import Parser
+        from ..decoding.parser import Parser
 
         return Parser.from_run(run, device=device)
     return Translator.from_run(run, device=device)
@@ -101,7 +101,7 @@ def _check_own_output(maps, *, given: bool) -> None:
 def _pieces(model, text: str, *, target: bool) -> int:
     """How many rows or columns `text` takes in a heatmap: subword pieces, or a parser's tree tokens."""
     if target and hasattr(model, "target_ids"):
-        from ..tasks.trees import parse_tree
+        from ..data.trees import parse_tree
 
         return len(model.target_ids(parse_tree(text, source="--target")))
     return len(model.tokenizer.encode([text])[0])

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .common import input_path
+
+if TYPE_CHECKING:
+    from ..decoding.classifier import Classifier
 
 
 def cmd_demo(args) -> int:
@@ -50,7 +54,7 @@ def cmd_prepare(args) -> int:
 def cmd_train(args) -> int:
     """Any task: the recipe's `task` key (or the saved run's) says which."""
     from ..config import ConfigError, apply_overrides, load_config, read_config_dict
-    from ..training.loop import train
+    from ..tasks import train
 
     shortcuts = [f"train.device={args.device}"] if args.device else []
     shortcuts += ["train.compile=true"] if args.compile else []
@@ -74,8 +78,8 @@ def cmd_average(args) -> int:
 
 
 def cmd_classify_train(args) -> int:
-    from ..config import load_config
-    from ..tasks.classification import ClassifierRunConfig, train_classifier
+    from ..config import ClassifierRunConfig, load_config
+    from ..tasks.classification import train_classifier
 
     train_classifier(load_config(args.recipe, args.set, ClassifierRunConfig), args.out)
     return 0
@@ -83,7 +87,7 @@ def cmd_classify_train(args) -> int:
 
 def cmd_classify_predict(args) -> int:
     from ..data import read_lines
-    from ..tasks.classification import Classifier
+    from ..decoding.classifier import Classifier
 
     lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
     classifier = Classifier.from_run(args.run, device=args.device)
@@ -104,10 +108,30 @@ def cmd_classify_predict(args) -> int:
 
 def cmd_classify_evaluate(args) -> int:
     from ..data import resolve_path
-    from ..tasks.classification import Classifier, evaluate_file
+    from ..decoding.classifier import Classifier
 
     evaluate_file(Classifier.from_run(args.run, device=args.device), str(resolve_path(args.data)))
     return 0
+
+
+def evaluate_file(classifier: Classifier, path: str, out=sys.stdout) -> float:
+    """Print the classification report of `path` (labelled like the training data); returns the accuracy."""
+    import numpy as np
+
+    from ..data import DataError
+    from ..data.labelled import read_labelled
+    from ..metrics import classification_report
+
+    texts, gold, numbers = read_labelled(path, classifier.config.data)
+    index = {c: i for i, c in enumerate(classifier.labels)}
+    for label, number in zip(gold, numbers):
+        if label not in index:
+            raise DataError(
+                f"{path}:{number}: label {label!r} is not one the model knows ({', '.join(classifier.labels)})"
+            )
+    predicted = classifier.predict_proba(texts).argmax(-1).tolist()
+    print(classification_report([index[g] for g in gold], predicted, classifier.labels), file=out)
+    return float(np.mean([index[g] == p for g, p in zip(gold, predicted)]))
 
 
 def register(sub) -> None:

@@ -3,7 +3,7 @@
 A parser that decodes a linearized tree (§6.3; Vinyals et al. 2015) can emit token sequences that are not trees:
 unbalanced brackets, the wrong number of words, an empty constituent. Vinyals et al. repaired such outputs after
 decoding; here the search is simply never offered them. The target vocabulary has four kinds of tokens (the scheme
-of tasks/trees.py): "(LABEL" opens a constituent, ")" closes the innermost one, any other token is a leaf (a POS tag,
+of data/trees.py): "(LABEL" opens a constituent, ")" closes the innermost one, any other token is a leaf (a POS tag,
 or "XX") that stands for the next input word, and EOS ends the output.
 
 Per decoder row the constraint tracks, as tensors: tokens emitted, open-bracket depth, words used, whether the
@@ -41,8 +41,8 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import Tensor
 
-# Token kinds (one per vocabulary entry). ROOT_OPEN is the open bracket reserved for the root.
-OTHER, EOS, OPEN, CLOSE, LEAF, ROOT_OPEN = range(6)
+# token kinds, one per vocabulary entry (ROOT_OPEN: the open bracket reserved for the root); see data/kinds.py
+from ..data.kinds import CLOSE, EOS, LEAF, OPEN, OTHER, ROOT_OPEN
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,4 @@
+# Over 500 lines on purpose: the whole model in the paper's order in one readable file (DESIGN, style 1).
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), in the paper's order (§3.2.1 -> §3.5).
 
 Axis legend used in the shape comments:

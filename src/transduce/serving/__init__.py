@@ -1,9 +1,11 @@
-"""Serving a trained model over HTTP: FastAPI routes, dynamic batching, and a page for people.
+"""Serving a trained model over HTTP: the service (service.py: limits, loading a run) with its dynamic batching
+(batcher.py), the HTTP layer (app.py: FastAPI routes, messages.py: the JSON bodies), and a page for people.
 
 Needs the optional `serve` dependencies (fastapi, uvicorn).
 """
 
-from .app import Limits, create_app, load_predictor, run_server, serve
+from .app import create_app, run_server, serve
 from .batcher import DynamicBatcher
+from .service import Limits, load_predictor
 
 __all__ = ["DynamicBatcher", "Limits", "create_app", "load_predictor", "run_server", "serve"]

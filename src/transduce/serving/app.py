@@ -1,4 +1,4 @@
-"""The HTTP server: FastAPI routes over a predictor (Translator, Classifier, or any object with their methods).
+"""The HTTP layer: FastAPI routes over a predictor (Translator, Classifier, or any object with their methods).
 
 Routes: `GET /health`, `GET /v1/info`, the task's own routes (`POST /v1/translate` and `POST /v1/attention` for a
 translation model, `POST /v1/classify` for a classifier, `POST /v1/parse` and `POST /v1/attention` for a parser), the
@@ -6,280 +6,59 @@ page at `/`, and FastAPI's OpenAPI page at `/docs`.
 Every error is JSON, `{"error": {"code", "message", ...}}`, and an error caused by a limit names it
 (`"limit": "max_sentences", "max": 64`): a client should learn which knob it hit without reading server logs.
 
+The service behind the routes (limits, batching, loading a run) is service.py; the JSON bodies are messages.py.
 A task is an entry in TASKS: how to recognise its predictor, how to run a batch of it, and its routes. Serving a
 new kind of model is one more entry and one route function (the parser was added that way).
 """
 
 from __future__ import annotations
 
-import asyncio
 import errno
-import json
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 
-from .batcher import CountTokens, DynamicBatcher, RunBatch, count_words
+from .batcher import DynamicBatcher, RunBatch
+from .messages import (
+    AttentionRequest,
+    AttentionResponse,
+    ClassifyRequest,
+    ClassifyResponse,
+    Hypothesis,
+    ParseRequest,
+    ParseResponse,
+    Prediction,
+    TranslateRequest,
+    TranslateResponse,
+    TranslationOut,
+)
+from .service import (
+    ApiError,
+    Limits,
+    Service,
+    classification_batch,
+    decode_defaults,
+    decode_options,
+    load_predictor,
+    parsing_batch,
+    token_counter,
+    translation_batch,
+)
 
-if TYPE_CHECKING:  # imported where used: loading one predictor does not import the others' dependencies
-    from ..decoding.translator import Translator
-    from ..export.ctranslate2 import CTranslate2Translator
-    from ..tasks.classification import Classifier
-    from ..tasks.parsing import Parser
-    from ..tasks.trees import Tree
-
-T = TypeVar("T")
 STATIC_DIR = Path(__file__).parent / "static"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Limits:
-    """What one request may ask for. Each bound protects the shared model from one client's request."""
-
-    max_sentences: int = 64  # texts per request (422)
-    max_chars: int = 2000  # characters per text (422)
-    max_body_bytes: int = 1_000_000  # request body (413)
-    max_beam: int = 16  # 1 <= nbest <= beam <= max_beam (422); the run's own default beam is always allowed
-    max_attention_pieces: int = 100  # /v1/attention: pieces per side (422), the CLI's picture limit (plot.MAX_PIECES)
-    timeout_s: float = 30.0  # a request not answered by then gets 504
-
-
-class ApiError(Exception):
-    """An error answered as JSON with its status; `extra` names the limit and its value where one was hit."""
-
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.extra = status, code, message, extra
-
-    def response(self) -> JSONResponse:
-        return JSONResponse({"error": {"code": self.code, "message": self.message, **self.extra}}, self.status)
-
-
-# ---------------------------------------------------------------------------------------------------- messages
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a misspelt option is refused, never silently ignored
-
-
-class TranslateRequest(_Strict):
-    text: list[str] = Field(min_length=1, description="Raw sentences, one translation each, in this order.")
-    beam: int | None = Field(None, ge=1, description="Beam size (default: the run's, usually 4); 1 = greedy.")
-    nbest: int = Field(1, ge=1, description="Hypotheses returned per sentence (<= beam).")
-    alpha: float | None = Field(None, ge=0.0, le=10.0, description="Length-penalty exponent (default: the run's).")
-
-
-class Hypothesis(BaseModel):
-    text: str
-    score: float = Field(description="log P(Y | X) divided by the length penalty (what the search ranks by).")
-
-
-class TranslationOut(Hypothesis):
-    nbest: list[Hypothesis] | None = Field(None, description="All hypotheses, best first (only when nbest > 1).")
-
-
-class TranslateResponse(BaseModel):
-    translations: list[TranslationOut]
-
-
-class AttentionRequest(_Strict):
-    text: str = Field(description="One source sentence.")
-    target: str | None = Field(None, description="Its translation (default: the model's, with default options).")
-
-
-class AttentionResponse(BaseModel):
-    source_pieces: list[str] = Field(description="Subword pieces of the source, ending with </s>.")
-    target_pieces: list[str] = Field(description="Decoder inputs: <s> then the target's pieces.")
-    layers: int
-    heads: int
-    cross: list[list[list[list[float]]]] = Field(
-        description="Encoder-decoder attention (layer, head, target, source); each row sums to 1."
-    )
-
-
-class ParseRequest(_Strict):
-    text: list[str] = Field(
-        min_length=1,
-        description="Sentences with words separated by spaces (punctuation as its own word: 'The dog barks .'), "
-        "one tree each, in this order.",
-    )
-    beam: int | None = Field(None, ge=1, description="Beam size (default: the run's, 21 in the paper); 1 = greedy.")
-    alpha: float | None = Field(None, ge=0.0, le=10.0, description="Length-penalty exponent (default: the run's).")
-
-
-class ParsedTree(BaseModel):
-    tree: str = Field(
-        description="The tree in one-line PTB notation ('' for an empty line); brackets in words "
-        "are written -LRB- / -RRB-."
-    )
-    words: list[str] = Field(description="The tree's leaves in order (the input's words; brackets restored).")
-
-
-class ParseResponse(BaseModel):
-    trees: list[ParsedTree]
-
-
-class ClassifyRequest(_Strict):
-    text: list[str] = Field(min_length=1, description="Raw texts, one prediction each, in this order.")
-
-
-class Prediction(BaseModel):
-    label: str
-    probabilities: dict[str, float]
-
-
-class ClassifyResponse(BaseModel):
-    predictions: list[Prediction]
-
-
-@dataclass(frozen=True)
-class DecodeOptions:
-    """The batching key of a translation request: only requests with equal options share a beam search."""
-
-    beam: int
-    alpha: float
-    nbest: int
-
-
-# ---------------------------------------------------------------------------------------------------- service
-@dataclass(kw_only=True)
-class Service:
-    """What every route needs: the predictor, its batcher, the limits, and what /v1/info reports."""
-
-    predictor: Any
-    task: str
-    engine: str
-    limits: Limits
-    batcher: DynamicBatcher
-    batching: bool
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-    async def within_timeout(self, work: Awaitable[T]) -> T:
-        try:
-            return await asyncio.wait_for(work, self.limits.timeout_s)
-        except asyncio.TimeoutError:
-            raise ApiError(
-                504,
-                "timeout",
-                f"no answer within {self.limits.timeout_s:g} s",
-                limit="timeout_s",
-                max=self.limits.timeout_s,
-            ) from None
-
-    def check_texts(self, texts: list[str]) -> None:
-        """Sentence-count and length limits, and text that is not Unicode (a lone surrogate, which JSON's \\uD800
-        escapes can carry): 422, checked before anything reaches the model."""
-        if len(texts) > self.limits.max_sentences:
-            raise ApiError(
-                422,
-                "limit_exceeded",
-                f"{len(texts)} texts in one request, at most {self.limits.max_sentences} allowed",
-                limit="max_sentences",
-                max=self.limits.max_sentences,
-            )
-        for i, text in enumerate(texts):
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as err:
-                raise ApiError(
-                    422,
-                    "invalid_text",
-                    f"text {i} holds a lone surrogate (U+{ord(text[err.start]):04X} at character {err.start}), "
-                    "which is not a Unicode character",
-                    index=i,
-                ) from None
-            if len(text) > self.limits.max_chars:
-                raise ApiError(
-                    422,
-                    "limit_exceeded",
-                    f"text {i} has {len(text)} characters, at most {self.limits.max_chars} allowed",
-                    limit="max_chars",
-                    max=self.limits.max_chars,
-                    index=i,
-                )
-
-    @property
-    def max_beam(self) -> int:
-        """The beam bound requests are held to: Limits.max_beam, or the run's own default beam when larger (a
-        parsing run decodes with the paper's beam 21, and a request that asks for nothing is never refused)."""
-        return max(self.limits.max_beam, _decode_defaults(self.predictor).beam)
-
-    def info(self) -> dict[str, Any]:
-        return {
-            "task": self.task,
-            "engine": self.engine,
-            **({"exact": bool(self.predictor.exact)} if hasattr(self.predictor, "exact") else {}),
-            **self.metadata,
-            "parameters": _parameters(self.predictor),
-            **TASKS[self.task].describe(self.predictor),
-            "limits": {**asdict(self.limits), "max_beam": self.max_beam},
-            "batching": {
-                "enabled": self.batching,
-                "max_tokens": self.batcher.max_tokens,
-                "max_wait_ms": self.batcher.max_wait_s * 1000.0,
-            },
-        }
-
-
-def _parameters(predictor: Any) -> int | None:
-    """The model's parameter count (a CTranslate2 export's manifest records it; the engine does not say)."""
-    manifest = getattr(predictor, "manifest", None)
-    if isinstance(manifest, dict) and isinstance(manifest.get("parameters"), int):
-        return manifest["parameters"]
-    model = getattr(predictor, "model", None)
-    if model is None or not hasattr(model, "parameters"):
-        return None
-    return sum(p.numel() for p in model.parameters())
-
-
-def _token_counter(predictor: Any) -> CountTokens:
-    """Source tokens per request with the predictor's own tokenizer (the batch budget is in tokens)."""
-    tokenizer = getattr(predictor, "tokenizer", None)
-    if tokenizer is None or not hasattr(tokenizer, "encode"):
-        return count_words
-    return lambda texts: sum(len(ids) + 1 for ids in tokenizer.encode(texts))
+def _respond(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body(), error.status)
 
 
 # ---------------------------------------------------------------------------------------------------- translation
-def _decode_defaults(predictor: Any) -> DecodeOptions:
-    decode = getattr(predictor, "decode", None)
-    return DecodeOptions(beam=getattr(decode, "beam", 4), alpha=getattr(decode, "alpha", 0.6), nbest=1)
-
-
-def _decode_options(service: Service, beam: int | None, alpha: float | None, nbest: int = 1) -> DecodeOptions:
-    """A request's options with the run's defaults filled in, checked against the beam bound.
-
-    The bound is max_beam or the run's own default beam, whichever is larger: a parsing run decodes with the
-    paper's beam 21 by default, and a request that asks for nothing must not be refused for the run's settings.
-    """
-    defaults = _decode_defaults(service.predictor)
-    beam = defaults.beam if beam is None else beam
-    alpha = defaults.alpha if alpha is None else alpha
-    bound = service.max_beam
-    if beam > bound:
-        raise ApiError(
-            422, "limit_exceeded", f"beam {beam} is above the server's maximum {bound}", limit="max_beam", max=bound
-        )
-    if nbest > beam:
-        raise ApiError(422, "invalid_request", f"nbest ({nbest}) must not exceed beam ({beam})")
-    return DecodeOptions(beam=beam, alpha=alpha, nbest=nbest)
-
-
-def _translation_batch(predictor: Any, batch_tokens: int) -> RunBatch:
-    def run(texts: list[str], options: Hashable) -> list:
-        assert isinstance(options, DecodeOptions)
-        return predictor.translate_nbest(
-            texts, beam=options.beam, alpha=options.alpha, nbest=options.nbest, batch_tokens=batch_tokens
-        )
-
-    return run
-
-
 def _translation_out(hypotheses: list, nbest: int) -> TranslationOut:
     if not hypotheses:  # an empty input line
         return TranslationOut(text="", score=0.0, nbest=[] if nbest > 1 else None)
@@ -293,7 +72,7 @@ def translation_routes(service: Service) -> APIRouter:
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True)
     async def translate(request: TranslateRequest) -> TranslateResponse:
         """Translate raw sentences; the answer keeps input order. Concurrent requests are decoded together."""
-        options = _decode_options(service, request.beam, request.alpha, request.nbest)
+        options = decode_options(service, request.beam, request.alpha, request.nbest)
         service.check_texts(request.text)
         results = await service.within_timeout(service.batcher.submit(request.text, options))
         return TranslateResponse(translations=[_translation_out(h, options.nbest) for h in results])
@@ -318,7 +97,7 @@ async def _attention(service: Service, request: AttentionRequest, target_of: Cal
     through the batcher with default options, so it is exactly what the task's route answers) is the target."""
     target = request.target
     if target is None:
-        output = (await service.batcher.submit([request.text], _decode_defaults(service.predictor)))[0]
+        output = (await service.batcher.submit([request.text], decode_defaults(service.predictor)))[0]
         target = target_of(output)
     maps = await service.batcher.call(service.predictor.attention, request.text, target)
     cap = service.limits.max_attention_pieces
@@ -343,13 +122,6 @@ async def _attention(service: Service, request: AttentionRequest, target_of: Cal
 
 
 # ---------------------------------------------------------------------------------------------------- classification
-def _classification_batch(predictor: Any, batch_tokens: int) -> RunBatch:
-    def run(texts: list[str], _key: Hashable) -> list:
-        return predictor.predict_proba(texts).tolist()
-
-    return run
-
-
 def classification_routes(service: Service) -> APIRouter:
     router = APIRouter(tags=["classification"])
     labels = list(service.predictor.labels)
@@ -373,29 +145,8 @@ def classification_routes(service: Service) -> APIRouter:
 
 
 # ---------------------------------------------------------------------------------------------------- parsing
-def _parsed(tree: Tree | None) -> ParsedTree:
-    """One answer of /v1/parse: the tree's one-line string and its leaves with brackets restored, so a client can
-    check or show the words without reading PTB escapes."""
-    from ..tasks.trees import to_string, unescape_word, words
-
-    if tree is None:  # an empty input line
-        return ParsedTree(tree="", words=[])
-    return ParsedTree(tree=to_string(tree), words=[unescape_word(w) for w in words(tree)])
-
-
-def _parsing_batch(predictor: Any, batch_tokens: int) -> RunBatch:
-    """The parser batches a model call by its own budget (pieces x beam, decode.batch_tokens); the server's budget
-    only decides which requests share the call. Trees become strings here, on the model thread."""
-
-    def run(texts: list[str], options: Hashable) -> list:
-        assert isinstance(options, DecodeOptions)
-        return [_parsed(tree) for tree in predictor.parse_trees(texts, beam=options.beam, alpha=options.alpha)]
-
-    return run
-
-
-def _parse_tree_string(output: ParsedTree) -> str:
-    return output.tree
+def _parse_tree_string(output: dict[str, Any]) -> str:
+    return output["tree"]
 
 
 def parsing_routes(service: Service) -> APIRouter:
@@ -410,7 +161,7 @@ def parsing_routes(service: Service) -> APIRouter:
     async def parse(request: ParseRequest) -> ParseResponse:
         """One tree per sentence, in input order, each over exactly the sentence's words. Concurrent requests with
         equal options are decoded together."""
-        options = _decode_options(service, request.beam, request.alpha)
+        options = decode_options(service, request.beam, request.alpha)
         service.check_texts(request.text)
         try:
             trees = await service.within_timeout(service.batcher.submit(request.text, options))
@@ -448,21 +199,21 @@ class TaskSpec:
 TASKS: dict[str, TaskSpec] = {
     "classification": TaskSpec(
         lambda p: hasattr(p, "predict_proba") and hasattr(p, "labels"),
-        _classification_batch,
+        classification_batch,
         classification_routes,
         lambda p: {"labels": list(p.labels)},
     ),
     "translation": TaskSpec(
         lambda p: hasattr(p, "translate_nbest"),
-        _translation_batch,
+        translation_batch,
         translation_routes,
-        lambda p: {"decode_defaults": asdict(_decode_defaults(p)), "attention": hasattr(p, "attention")},
+        lambda p: {"decode_defaults": asdict(decode_defaults(p)), "attention": hasattr(p, "attention")},
     ),
     "parsing": TaskSpec(
         lambda p: hasattr(p, "parse_trees"),
-        _parsing_batch,
+        parsing_batch,
         parsing_routes,
-        lambda p: {"decode_defaults": asdict(_decode_defaults(p)), "attention": hasattr(p, "attention")},
+        lambda p: {"decode_defaults": asdict(decode_defaults(p)), "attention": hasattr(p, "attention")},
     ),
 }
 
@@ -534,7 +285,7 @@ async def _validation_error(request: Request, error: RequestValidationError) -> 
     """Unparsable JSON is the client's syntax error (400); a well-formed body with wrong fields is 422."""
     errors = _summarise(list(error.errors()))
     if any(e["type"] == "json_invalid" for e in errors):
-        return ApiError(400, "invalid_json", "the request body is not valid JSON").response()
+        return _respond(ApiError(400, "invalid_json", "the request body is not valid JSON"))
     message = "; ".join(
         f"{_where(e)}: {'unknown field' if e['type'] == 'extra_forbidden' else e['msg']}" for e in errors
     )
@@ -542,12 +293,12 @@ async def _validation_error(request: Request, error: RequestValidationError) -> 
 
 
 async def _api_error(request: Request, error: ApiError) -> JSONResponse:
-    return error.response()
+    return _respond(error)
 
 
 async def _internal_error(request: Request, error: Exception) -> JSONResponse:
     """A failure inside the model: JSON like every other error; the traceback goes to the server's log only."""
-    return ApiError(500, "internal_error", f"the server failed on this request ({type(error).__name__})").response()
+    return _respond(ApiError(500, "internal_error", f"the server failed on this request ({type(error).__name__})"))
 
 
 class BodyLimit:
@@ -595,7 +346,7 @@ class BodyLimit:
             limit="max_body_bytes",
             max=self.max_bytes,
         )
-        await error.response()(scope, receive, send)
+        await _respond(error)(scope, receive, send)
 
 
 # ---------------------------------------------------------------------------------------------------- the app
@@ -621,7 +372,7 @@ def create_app(
         max_tokens=batch_tokens,
         max_wait_s=max_wait_ms / 1000.0 if batching else 0.0,
         max_requests=None if batching else 1,
-        count_tokens=_token_counter(predictor),
+        count_tokens=token_counter(predictor),
     )
     service = Service(
         predictor=predictor,
@@ -631,6 +382,7 @@ def create_app(
         batcher=batcher,
         batching=batching,
         metadata=dict(metadata or {}),
+        describe=spec.describe,
     )
 
     @asynccontextmanager
@@ -651,73 +403,6 @@ def create_app(
 
 
 # ---------------------------------------------------------------------------------------------------- serve
-ENGINES = ("torch", "ctranslate2")
-
-
-def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str] | None]:
-    """The run's name, its kind ("translation", "parsing" or "classifier") and its languages (None when it has
-    none), read from the run's config.json, or for a CTranslate2 export folder (which keeps no run config) from its
-    manifest."""
-    from ..outputs import read_manifest
-    from ..training.checkpoint import find_weights
-
-    def languages(source: str | None, target: str | None) -> dict[str, str] | None:
-        return {"source": source, "target": target} if source and target else None
-
-    if engine == "ctranslate2":
-        from ..export.ctranslate2 import is_export
-
-        if is_export(run):
-            named = (read_manifest(run) or {}).get("languages") or {}
-            return Path(run).resolve().name, "translation", languages(named.get("source"), named.get("target"))
-    run_dir = find_weights(run)[0]
-    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    kind = "parsing" if config.get("task") == "parsing" else "classifier" if "head" in config else "translation"
-    data = config.get("data", {})
-    return run_dir.resolve().name, kind, languages(data.get("src"), data.get("tgt"))
-
-
-def load_predictor(
-    run: str | Path, *, engine: str = "torch", device: str = "auto", exact: bool = False, threads: int = 0
-) -> tuple[Any, dict[str, Any]]:
-    """The predictor for a run directory (a parsing run's config says `"task": "parsing"`, a classifier run has a
-    "head" section; engine "ctranslate2" also takes an export folder) and what /v1/info should tell of it."""
-    from ..config import ConfigError
-
-    if engine not in ENGINES:
-        raise ConfigError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
-    name, kind, languages = _describe_run(run, engine)
-    predictor: Classifier | CTranslate2Translator | Parser | Translator
-    if kind != "translation" and engine != "torch":  # the export knows only plain translation models
-        raise ConfigError(f"{run}: a {kind} run is served with the torch engine only (--engine torch)")
-    if threads < 0:
-        raise ConfigError(f"--threads must be 0 (the engine's default) or more, got {threads}")
-    if threads and engine == "torch":
-        import torch
-
-        torch.set_num_threads(threads)
-    if kind == "parsing":
-        from ..tasks.parsing import Parser
-
-        predictor = Parser.from_run(run, device=device)
-    elif kind == "classifier":
-        from ..tasks.classification import Classifier
-
-        predictor = Classifier.from_run(run, device=device)
-    elif engine == "ctranslate2":
-        from ..export.ctranslate2 import CTranslate2Translator
-
-        predictor = CTranslate2Translator.from_run(run, device=device, exact=exact, threads=threads)
-    else:
-        from ..decoding.translator import Translator
-
-        predictor = Translator.from_run(run, device=device)
-    metadata: dict[str, Any] = {"run": name}
-    if languages is not None:
-        metadata["languages"] = languages
-    return predictor, metadata
-
-
 def check_address(host: str, port: int) -> None:
     """Refuse (ConfigError, one line) a port outside 0-65535 (0: any free port), a host that cannot be bound, or an
     address already in use, by binding it once, as uvicorn will (address reuse on: a port in TIME_WAIT is not

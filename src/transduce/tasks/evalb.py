@@ -1,3 +1,4 @@
+# Over 500 lines on purpose: one port of EVALB's evalb.c (parameters, scoring, report), kept whole to compare with it.
 """Bracket scoring exactly as EVALB (Sekine and Collins 1997, revised 2006), the scorer behind every published WSJ F1.
 
 The rules, as EVALB's README and program define them, and as this module applies them:
@@ -40,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .trees import Tree, TreeError, parse_trees, read_lines
+from ..data.trees import Tree, TreeError, parse_trees, read_lines
 
 # A sentence to score: one tree, the top-level trees of one line, None for an empty line, or (test side only) the
 # TreeError that reading its line raised.

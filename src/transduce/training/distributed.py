@@ -9,7 +9,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from ..decoding.translator import pick_device
+from ..device import pick_device
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,3 +1,4 @@
+# Over 500 lines on purpose: the loop and the Session whose steps it calls read together, in one sitting (DESIGN §5).
 """The training loop, one for every task (the paper's §5 training regime), readable in one sitting.
 
 One process per device; several go through torchrun and DDP (rank 0 logs and saves). Each optimizer update takes
@@ -7,7 +8,8 @@ so W ranks with accumulate A compute the same update as one process with accumul
 
 Exact resume: a checkpoint holds weights, Adam moments, the RNG state of every rank and the `TrainerState` (step,
 epoch, update within the epoch, ...); batches are a pure function of (seed, epoch), so a resumed run continues bit
-for bit. What differs between tasks (data, model, loss, validation) is behind the `Task` interface (tasks/base.py).
+for bit. What differs between tasks (data, model, loss, validation) is behind the `Task` interface (task.py); which
+task a config trains is picked above this package (tasks.train).
 """
 
 from __future__ import annotations
@@ -26,29 +28,28 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..config import ConfigError, TrainConfig, task_name
+from ..config import ConfigError, TrainConfig
 from ..data.batching import update_groups
 from ..model import cpu_speed
 from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_if_bare, write_manifest
-from ..tasks.base import Task, task_class
 from .checkpoint import average_run, checkpoint_dirs, load_checkpoint, save_checkpoint, save_weights
 from .distributed import Ranks, all_ranks_sum, broadcast_flag, broadcast_value, gather_rng, rank_seed, setup_distributed
 from .optim import FORECAST_AFTER, build_optimizer, forecast, learning_rate
 from .precision import autocast_for, check_precision, needs_trial, resolve_cpu_auto, time_modes
 from .runlog import RunLog
 from .state import TrainerState
+from .task import Task
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (diverged, repeated out-of-memory); the message says why and what was kept."""
 
 
-def train(config: Any, run_dir: str | Path, *, quiet: bool = False) -> dict:
-    """Train (or resume) the task of `config` (a Config, ClassifierRunConfig, ...) in `run_dir`.
+def train_task(task_cls: type[Task], config: Any, run_dir: str | Path, *, quiet: bool = False) -> dict:
+    """Train (or resume) `task_cls` on `config` (its config_class) in `run_dir`.
 
     Returns the final step, why it stopped, the best validation value and the resolved config."""
     run_dir = Path(run_dir)
-    task_cls = task_class_of(config)
     ranks, device = setup_distributed(config.train.device)
     check_precision(config.train, device)
     try:
@@ -64,11 +65,6 @@ def train(config: Any, run_dir: str | Path, *, quiet: bool = False) -> dict:
         if device.type == "cuda":  # train.cudnn_attention holds for the run only; then pick_device's setting again
             torch.backends.cuda.enable_cudnn_sdp(False)
     return {**result, "config": task.config}
-
-
-def task_class_of(config: Any) -> type[Task]:
-    """The Task class that trains this config object (its class names the task: config.task_name)."""
-    return task_class(task_name(config))
 
 
 def _silent(_: str) -> None:

@@ -1,0 +1,69 @@
+"""Configuration: every run's config is a frozen dataclass of sections, validated whole before step 1.
+
+- sections.py: the shared `model` and `train` sections (the paper's base model as defaults), translation's
+  `data` and `decode` sections and its run config, `Config`;
+- parsing.py, classification.py: the other tasks' run configs;
+- loading.py: TOML recipes, `--set section.key=value` overrides, a run's config.json; a recipe's `task` key picks
+  the run config (RUN_CONFIGS).
+
+This package is the bottom layer: it imports nothing else of transduce but outputs.py (docs/architecture.md).
+"""
+
+from .classification import POOLINGS, ClassifierRunConfig, ClassifyDataConfig, HeadConfig
+from .loading import (
+    RUN_CONFIGS,
+    apply_overrides,
+    config_from_dict,
+    find_recipe,
+    load_config,
+    parse_override,
+    read_config,
+    read_config_dict,
+    recipes_folder,
+    save_config,
+    shipped_recipes,
+    task_config_class,
+    task_name,
+)
+from .parsing import ParseDataConfig, ParseDecodeConfig, ParsingRunConfig
+from .sections import (
+    MBR_UTILITIES,
+    Config,
+    ConfigError,
+    DataConfig,
+    DecodeConfig,
+    ModelConfig,
+    TrainConfig,
+    check_patience,
+)
+
+__all__ = [
+    "MBR_UTILITIES",
+    "POOLINGS",
+    "RUN_CONFIGS",
+    "ClassifierRunConfig",
+    "ClassifyDataConfig",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "DecodeConfig",
+    "HeadConfig",
+    "ModelConfig",
+    "ParseDataConfig",
+    "ParseDecodeConfig",
+    "ParsingRunConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "check_patience",
+    "config_from_dict",
+    "find_recipe",
+    "load_config",
+    "parse_override",
+    "read_config",
+    "read_config_dict",
+    "recipes_folder",
+    "save_config",
+    "shipped_recipes",
+    "task_config_class",
+    "task_name",
+]

@@ -1,0 +1,102 @@
+"""A parsing run's config (tasks/parsing.py trains it, decoding/parser.py decodes with it): the shared `model` and
+`train` sections, tree data, and parsing's `decode` section with the paper's §6.3 settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .sections import ConfigError, DecodeConfig, ModelConfig, TrainConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParseDataConfig:
+    """Tree files (one bracketed tree per line, or spanning lines; plain or .gz). Relative paths that do not exist
+    here are looked up under $TRANSDUCE_DATA, so `gum_const/train.trees.gz` works from anywhere.
+
+    `extra_train`: more training trees (e.g. the WSJ sample `ptb_sample_nltk/treebank.trees.gz`); they are normalized
+    the same way (traces, function tags and indices removed, root relabelled ROOT). `keep_tags`: the target keeps the
+    POS tags (the parser then tags too); false writes every preterminal as "XX" (Vinyals et al. 2015). `vocab_size`:
+    SentencePiece pieces for the words (the target tokens come on top). `max_len`: training and validation trees
+    whose source pieces or target tokens exceed it are dropped and counted. `mark_extra`: the sources of the
+    extra_train trees begin with a marker (the tokenizer's <s> id, which no source holds otherwise), so that the
+    model can keep their treebank's conventions apart from data.train's (a treebank embedding, as in Stymne et al.
+    2018); validation and `parse` input have none, so the parser answers in data.train's conventions. The marker
+    takes one of max_len's positions."""
+
+    train: tuple[str, ...] = ()  # training tree files (see above: plain or .gz, also under $TRANSDUCE_DATA)
+    valid: str = ""  # the validation tree file; empty = no validation
+    extra_train: tuple[str, ...] = ()  # more training trees, normalized the same way (see above)
+    keep_tags: bool = True  # the target keeps the POS tags (the parser tags too); false: every one is "XX"
+    vocab_size: int = 4000  # SentencePiece pieces for the words (the target's tree tokens come on top)
+    model_type: str = "bpe"  # SentencePiece model: "bpe" or "unigram"
+    max_len: int = 400  # training and validation trees with more source pieces or target tokens are dropped
+    mark_extra: bool = False  # extra_train sources begin with a marker: a treebank embedding (see above)
+
+    def __post_init__(self) -> None:
+        if self.vocab_size <= 4:
+            raise ConfigError(f"data.vocab_size must be > 4, got {self.vocab_size}")
+        if self.model_type not in ("bpe", "unigram"):
+            raise ConfigError(f"data.model_type must be 'bpe' or 'unigram', got {self.model_type!r}")
+        if self.max_len <= 0:
+            raise ConfigError(f"data.max_len must be positive, got {self.max_len}")
+        if self.mark_extra and not self.extra_train:
+            raise ConfigError("data.mark_extra marks the extra_train trees, but data.extra_train is empty")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParseDecodeConfig(DecodeConfig):
+    """Decoding for parsing. Defaults are the paper's §6.3 settings: beam 21, alpha 0.3, and a maximum output length
+    of input length + 300 (max_len_a 1, max_len_b 300), always capped by the model's positions (model.max_len - 1).
+
+    The search measures the input in source pieces, which are at least as many as the words, so the limit is at least
+    the paper's. A linearized tree needs at least |words| + 3 tokens ("(ROOT", a leaf per word, ")", EOS); requiring
+    max_len_a >= 1 and max_len_b >= 3 guarantees that room, so the tree constraint can always finish a tree.
+    `batch_tokens` bounds source pieces x beam per batch (the decoder's rows grow with the beam)."""
+
+    beam: int = 21
+    alpha: float = 0.3
+    max_len_a: float = 1.0
+    max_len_b: int = 300
+    batch_tokens: int = 8192  # inputs decoded together: their source pieces x beam stays within this
+    max_open_run: int = 0  # most opening brackets in a row (0: no bound); the training trees open at most 7
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_len_a < 1.0 or self.max_len_b < 3:
+            raise ConfigError(
+                f"decode.max_len_a ({self.max_len_a}) must be >= 1 and decode.max_len_b "
+                f"({self.max_len_b}) >= 3: a tree over n words needs n + 3 output tokens"
+            )
+        if self.batch_tokens <= 0:
+            raise ConfigError(f"decode.batch_tokens must be positive, got {self.batch_tokens}")
+        if self.max_open_run == 1 or self.max_open_run < 0:
+            raise ConfigError(f"decode.max_open_run must be 0 (no bound) or >= 2, got {self.max_open_run}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParsingRunConfig:
+    """A parsing run: the same Transformer (`model`, joint tied vocabulary), tree data, the shared `train` section
+    and parsing's `decode` section. `model.vocab_size` 0 is filled in from the pieces plus the target tokens."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: ParseDataConfig = field(default_factory=ParseDataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: ParseDecodeConfig = field(default_factory=ParseDecodeConfig)
+
+    def __post_init__(self) -> None:
+        if self.data.max_len >= self.model.max_len:
+            raise ConfigError(
+                f"data.max_len ({self.data.max_len}) must be below model.max_len "
+                f"({self.model.max_len}): a sequence also needs EOS (source) or BOS (target)"
+            )
+        if self.train.word_substitution > 0 and not self.data.keep_tags:
+            raise ConfigError(
+                "train.word_substitution needs data.keep_tags = true: with XX preterminals every word has the same tag"
+            )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **sections) -> ParsingRunConfig:
+        return dataclasses.replace(self, **sections)

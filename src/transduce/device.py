@@ -1,0 +1,31 @@
+"""The device a model runs on, for training and decoding alike (both import it from here)."""
+
+from __future__ import annotations
+
+import torch
+
+from .config import ConfigError
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """ "auto" (CUDA when present, else CPU), "cpu", "cuda", "cuda:N"; anything else, or a GPU that is not there,
+    is a ConfigError (one line), not a traceback at the first tensor moved."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"unknown device {name!r} (use auto, cpu, cuda or cuda:N)") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {name!r}: no CUDA GPU is available on this machine (use --device cpu)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"device {name!r}: this machine has {torch.cuda.device_count()} GPU(s)")
+    elif device.type != "cpu":
+        raise ConfigError(f"device {name!r} is not supported (use auto, cpu, cuda or cuda:N)")
+    if device.type == "cuda":
+        # cuDNN's attention plans a kernel per new shape (about 10 ms of host time each in issue 16's profile;
+        # decoding meets a new key length at every step): the flash and memory-efficient kernels need none.
+        # train.cudnn_attention turns it back on for a training run.
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    return device

@@ -1,0 +1,80 @@
+"""The JSON bodies of the HTTP API (app.py): requests are strict (an unknown field is refused), responses are what
+the routes answer."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt option is refused, never silently ignored
+
+
+class TranslateRequest(_Strict):
+    text: list[str] = Field(min_length=1, description="Raw sentences, one translation each, in this order.")
+    beam: int | None = Field(None, ge=1, description="Beam size (default: the run's, usually 4); 1 = greedy.")
+    nbest: int = Field(1, ge=1, description="Hypotheses returned per sentence (<= beam).")
+    alpha: float | None = Field(None, ge=0.0, le=10.0, description="Length-penalty exponent (default: the run's).")
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float = Field(description="log P(Y | X) divided by the length penalty (what the search ranks by).")
+
+
+class TranslationOut(Hypothesis):
+    nbest: list[Hypothesis] | None = Field(None, description="All hypotheses, best first (only when nbest > 1).")
+
+
+class TranslateResponse(BaseModel):
+    translations: list[TranslationOut]
+
+
+class AttentionRequest(_Strict):
+    text: str = Field(description="One source sentence.")
+    target: str | None = Field(None, description="Its translation (default: the model's, with default options).")
+
+
+class AttentionResponse(BaseModel):
+    source_pieces: list[str] = Field(description="Subword pieces of the source, ending with </s>.")
+    target_pieces: list[str] = Field(description="Decoder inputs: <s> then the target's pieces.")
+    layers: int
+    heads: int
+    cross: list[list[list[list[float]]]] = Field(
+        description="Encoder-decoder attention (layer, head, target, source); each row sums to 1."
+    )
+
+
+class ParseRequest(_Strict):
+    text: list[str] = Field(
+        min_length=1,
+        description="Sentences with words separated by spaces (punctuation as its own word: 'The dog barks .'), "
+        "one tree each, in this order.",
+    )
+    beam: int | None = Field(None, ge=1, description="Beam size (default: the run's, 21 in the paper); 1 = greedy.")
+    alpha: float | None = Field(None, ge=0.0, le=10.0, description="Length-penalty exponent (default: the run's).")
+
+
+class ParsedTree(BaseModel):
+    tree: str = Field(
+        description="The tree in one-line PTB notation ('' for an empty line); brackets in words "
+        "are written -LRB- / -RRB-."
+    )
+    words: list[str] = Field(description="The tree's leaves in order (the input's words; brackets restored).")
+
+
+class ParseResponse(BaseModel):
+    trees: list[ParsedTree]
+
+
+class ClassifyRequest(_Strict):
+    text: list[str] = Field(min_length=1, description="Raw texts, one prediction each, in this order.")
+
+
+class Prediction(BaseModel):
+    label: str
+    probabilities: dict[str, float]
+
+
+class ClassifyResponse(BaseModel):
+    predictions: list[Prediction]

@@ -1,0 +1,287 @@
+"""The service behind the HTTP layer (app.py): the predictor, its dynamic batcher (batcher.py), the limits a
+request is held to, the batches each task runs, and loading a run for serving. Nothing here knows HTTP routes or
+JSON bodies; an `ApiError` carries the status the HTTP layer answers it with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .batcher import CountTokens, DynamicBatcher, RunBatch, count_words
+
+if TYPE_CHECKING:  # imported where used: loading one predictor does not import the others' dependencies
+    from ..data.trees import Tree
+    from ..decoding.classifier import Classifier
+    from ..decoding.parser import Parser
+    from ..decoding.translator import Translator
+    from ..export.ctranslate2 import CTranslate2Translator
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What one request may ask for. Each bound protects the shared model from one client's request."""
+
+    max_sentences: int = 64  # texts per request (422)
+    max_chars: int = 2000  # characters per text (422)
+    max_body_bytes: int = 1_000_000  # request body (413)
+    max_beam: int = 16  # 1 <= nbest <= beam <= max_beam (422); the run's own default beam is always allowed
+    max_attention_pieces: int = 100  # /v1/attention: pieces per side (422), the CLI's picture limit (plot.MAX_PIECES)
+    timeout_s: float = 30.0  # a request not answered by then gets 504
+
+
+class ApiError(Exception):
+    """An error answered as JSON with its status; `extra` names the limit and its value where one was hit."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.extra = status, code, message, extra
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, **self.extra}}
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """The batching key of a translation request: only requests with equal options share a beam search."""
+
+    beam: int
+    alpha: float
+    nbest: int
+
+
+# ---------------------------------------------------------------------------------------------------- service
+@dataclass(kw_only=True)
+class Service:
+    """What every route needs: the predictor, its batcher, the limits, and what /v1/info reports."""
+
+    predictor: Any
+    task: str
+    engine: str
+    limits: Limits
+    batcher: DynamicBatcher
+    batching: bool
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    describe: Callable[[Any], dict[str, Any]] = lambda _: {}  # what the task adds to /v1/info (app.TASKS)
+
+    async def within_timeout(self, work: Awaitable[T]) -> T:
+        try:
+            return await asyncio.wait_for(work, self.limits.timeout_s)
+        except asyncio.TimeoutError:
+            raise ApiError(
+                504,
+                "timeout",
+                f"no answer within {self.limits.timeout_s:g} s",
+                limit="timeout_s",
+                max=self.limits.timeout_s,
+            ) from None
+
+    def check_texts(self, texts: list[str]) -> None:
+        """Sentence-count and length limits, and text that is not Unicode (a lone surrogate, which JSON's \\uD800
+        escapes can carry): 422, checked before anything reaches the model."""
+        if len(texts) > self.limits.max_sentences:
+            raise ApiError(
+                422,
+                "limit_exceeded",
+                f"{len(texts)} texts in one request, at most {self.limits.max_sentences} allowed",
+                limit="max_sentences",
+                max=self.limits.max_sentences,
+            )
+        for i, text in enumerate(texts):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise ApiError(
+                    422,
+                    "invalid_text",
+                    f"text {i} holds a lone surrogate (U+{ord(text[err.start]):04X} at character {err.start}), "
+                    "which is not a Unicode character",
+                    index=i,
+                ) from None
+            if len(text) > self.limits.max_chars:
+                raise ApiError(
+                    422,
+                    "limit_exceeded",
+                    f"text {i} has {len(text)} characters, at most {self.limits.max_chars} allowed",
+                    limit="max_chars",
+                    max=self.limits.max_chars,
+                    index=i,
+                )
+
+    @property
+    def max_beam(self) -> int:
+        """The beam bound requests are held to: Limits.max_beam, or the run's own default beam when larger (a
+        parsing run decodes with the paper's beam 21, and a request that asks for nothing is never refused)."""
+        return max(self.limits.max_beam, decode_defaults(self.predictor).beam)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "engine": self.engine,
+            **({"exact": bool(self.predictor.exact)} if hasattr(self.predictor, "exact") else {}),
+            **self.metadata,
+            "parameters": _parameters(self.predictor),
+            **self.describe(self.predictor),
+            "limits": {**asdict(self.limits), "max_beam": self.max_beam},
+            "batching": {
+                "enabled": self.batching,
+                "max_tokens": self.batcher.max_tokens,
+                "max_wait_ms": self.batcher.max_wait_s * 1000.0,
+            },
+        }
+
+
+def _parameters(predictor: Any) -> int | None:
+    """The model's parameter count (a CTranslate2 export's manifest records it; the engine does not say)."""
+    manifest = getattr(predictor, "manifest", None)
+    if isinstance(manifest, dict) and isinstance(manifest.get("parameters"), int):
+        return manifest["parameters"]
+    model = getattr(predictor, "model", None)
+    if model is None or not hasattr(model, "parameters"):
+        return None
+    return sum(p.numel() for p in model.parameters())
+
+
+def token_counter(predictor: Any) -> CountTokens:
+    """Source tokens per request with the predictor's own tokenizer (the batch budget is in tokens)."""
+    tokenizer = getattr(predictor, "tokenizer", None)
+    if tokenizer is None or not hasattr(tokenizer, "encode"):
+        return count_words
+    return lambda texts: sum(len(ids) + 1 for ids in tokenizer.encode(texts))
+
+
+def decode_defaults(predictor: Any) -> DecodeOptions:
+    decode = getattr(predictor, "decode", None)
+    return DecodeOptions(beam=getattr(decode, "beam", 4), alpha=getattr(decode, "alpha", 0.6), nbest=1)
+
+
+def decode_options(service: Service, beam: int | None, alpha: float | None, nbest: int = 1) -> DecodeOptions:
+    """A request's options with the run's defaults filled in, checked against the beam bound.
+
+    The bound is max_beam or the run's own default beam, whichever is larger: a parsing run decodes with the
+    paper's beam 21 by default, and a request that asks for nothing must not be refused for the run's settings.
+    """
+    defaults = decode_defaults(service.predictor)
+    beam = defaults.beam if beam is None else beam
+    alpha = defaults.alpha if alpha is None else alpha
+    bound = service.max_beam
+    if beam > bound:
+        raise ApiError(
+            422, "limit_exceeded", f"beam {beam} is above the server's maximum {bound}", limit="max_beam", max=bound
+        )
+    if nbest > beam:
+        raise ApiError(422, "invalid_request", f"nbest ({nbest}) must not exceed beam ({beam})")
+    return DecodeOptions(beam=beam, alpha=alpha, nbest=nbest)
+
+
+# ---------------------------------------------------------------------------------------------------- batches
+def translation_batch(predictor: Any, batch_tokens: int) -> RunBatch:
+    def run(texts: list[str], options: Hashable) -> list:
+        assert isinstance(options, DecodeOptions)
+        return predictor.translate_nbest(
+            texts, beam=options.beam, alpha=options.alpha, nbest=options.nbest, batch_tokens=batch_tokens
+        )
+
+    return run
+
+
+def classification_batch(predictor: Any, batch_tokens: int) -> RunBatch:
+    def run(texts: list[str], _key: Hashable) -> list:
+        return predictor.predict_proba(texts).tolist()
+
+    return run
+
+
+def _parsed(tree: Tree | None) -> dict[str, Any]:
+    """One answer of /v1/parse (messages.ParsedTree): the tree's one-line string and its leaves with brackets
+    restored, so a client can check or show the words without reading PTB escapes."""
+    from ..data.trees import to_string, unescape_word, words
+
+    if tree is None:  # an empty input line
+        return {"tree": "", "words": []}
+    return {"tree": to_string(tree), "words": [unescape_word(w) for w in words(tree)]}
+
+
+def parsing_batch(predictor: Any, batch_tokens: int) -> RunBatch:
+    """The parser batches a model call by its own budget (pieces x beam, decode.batch_tokens); the server's budget
+    only decides which requests share the call. Trees become strings here, on the model thread."""
+
+    def run(texts: list[str], options: Hashable) -> list:
+        assert isinstance(options, DecodeOptions)
+        return [_parsed(tree) for tree in predictor.parse_trees(texts, beam=options.beam, alpha=options.alpha)]
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+ENGINES = ("torch", "ctranslate2")
+
+
+def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str] | None]:
+    """The run's name, its kind ("translation", "parsing" or "classifier") and its languages (None when it has
+    none), read from the run's config.json, or for a CTranslate2 export folder (which keeps no run config) from its
+    manifest."""
+    from ..outputs import read_manifest
+    from ..training.checkpoint import find_weights
+
+    def languages(source: str | None, target: str | None) -> dict[str, str] | None:
+        return {"source": source, "target": target} if source and target else None
+
+    if engine == "ctranslate2":
+        from ..export.ctranslate2 import is_export
+
+        if is_export(run):
+            named = (read_manifest(run) or {}).get("languages") or {}
+            return Path(run).resolve().name, "translation", languages(named.get("source"), named.get("target"))
+    run_dir = find_weights(run)[0]
+    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    kind = "parsing" if config.get("task") == "parsing" else "classifier" if "head" in config else "translation"
+    data = config.get("data", {})
+    return run_dir.resolve().name, kind, languages(data.get("src"), data.get("tgt"))
+
+
+def load_predictor(
+    run: str | Path, *, engine: str = "torch", device: str = "auto", exact: bool = False, threads: int = 0
+) -> tuple[Any, dict[str, Any]]:
+    """The predictor for a run directory (a parsing run's config says `"task": "parsing"`, a classifier run has a
+    "head" section; engine "ctranslate2" also takes an export folder) and what /v1/info should tell of it."""
+    from ..config import ConfigError
+
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
+    name, kind, languages = _describe_run(run, engine)
+    predictor: Classifier | CTranslate2Translator | Parser | Translator
+    if kind != "translation" and engine != "torch":  # the export knows only plain translation models
+        raise ConfigError(f"{run}: a {kind} run is served with the torch engine only (--engine torch)")
+    if threads < 0:
+        raise ConfigError(f"--threads must be 0 (the engine's default) or more, got {threads}")
+    if threads and engine == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+    if kind == "parsing":
+        from ..decoding.parser import Parser
+
+        predictor = Parser.from_run(run, device=device)
+    elif kind == "classifier":
+        from ..decoding.classifier import Classifier
+
+        predictor = Classifier.from_run(run, device=device)
+    elif engine == "ctranslate2":
+        from ..export.ctranslate2 import CTranslate2Translator
+
+        predictor = CTranslate2Translator.from_run(run, device=device, exact=exact, threads=threads)
+    else:
+        from ..decoding.translator import Translator
+
+        predictor = Translator.from_run(run, device=device)
+    metadata: dict[str, Any] = {"run": name}
+    if languages is not None:
+        metadata["languages"] = languages
+    return predictor, metadata

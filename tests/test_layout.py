@@ -1,0 +1,100 @@
+"""The layering of docs/architecture.md, checked on the source: no import (at the top of a module, inside a function,
+or for type checking only) runs from a lower layer up to a higher one, and the registries agree."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "transduce"
+
+# lowest first; a module may import its own layer and those below it
+LAYERS = (
+    ("outputs", "metrics"),
+    ("config",),
+    ("device",),
+    ("model", "data"),
+    ("training", "decoding"),
+    ("tasks", "export"),
+    ("serving", "plot", "demo", "options_reference"),
+    ("cli",),
+    ("__init__", "__main__"),
+)
+# imports across packages of one layer, each with its reason; any other is refused like an upward one
+ALLOWED = {
+    ("decoding", "training.checkpoint"): "a predictor reads a run directory's weights",
+    ("data.treebank", "decoding.constraints"): "TargetVocab.constraint() builds the tree constraint over its ids",
+}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
+
+
+def _is_module(dotted: str) -> bool:
+    path = SRC.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _imports(path: Path) -> set[str]:
+    """Every transduce module `path` imports, relative to the package ("data.trees"; "__init__" for transduce)."""
+    module = _module(path)
+    package = [] if module == "__init__" else module.split(".")[: None if path.name == "__init__.py" else -1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])])
+            elif (node.module or "").startswith("transduce"):
+                base = node.module.removeprefix("transduce").lstrip(".")
+            else:
+                continue
+            for alias in node.names:  # `from . import evalb` imports a module; `from .x import name` imports x
+                dotted = f"{base}.{alias.name}" if base else alias.name
+                found.add(dotted if _is_module(dotted) else base)
+        elif isinstance(node, ast.Import):
+            found |= {a.name.removeprefix("transduce.") for a in node.names if a.name.startswith("transduce.")}
+    return {name or "__init__" for name in found}
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[0]
+    return next(i for i, names in enumerate(LAYERS) if top in names)
+
+
+def _allowed(source: str, target: str) -> bool:
+    return any(
+        (source == s or source.startswith(s + ".")) and (target == t or target.startswith(t + ".")) for s, t in ALLOWED
+    )
+
+
+def test_no_import_runs_up_a_layer():
+    wrong = []
+    for path in sorted(SRC.rglob("*.py")):
+        if "static" in path.parts:
+            continue
+        source = _module(path)
+        for target in _imports(path):
+            if target.split(".")[0] == source.split(".")[0]:
+                continue  # within one package
+            up = _layer(target) > _layer(source)
+            across = _layer(target) == _layer(source)
+            if (up or across) and not _allowed(source, target):
+                wrong.append(f"{source} -> {target}")
+    assert not wrong, "imports against docs/architecture.md's layering:\n" + "\n".join(sorted(wrong))
+
+
+def test_every_module_has_a_layer():
+    for path in SRC.rglob("*.py"):
+        _layer(_module(path))  # StopIteration names a module LAYERS does not place
+
+
+def test_the_task_registry_and_the_run_configs_agree():
+    from transduce.config import RUN_CONFIGS
+    from transduce.tasks import TASKS, task_class
+
+    assert list(TASKS) == list(RUN_CONFIGS)
+    for name in TASKS:
+        assert task_class(name).name == name
+        assert task_class(name).config_class is RUN_CONFIGS[name]
