@@ -1,5 +1,7 @@
 """Decoding speed and quality of a trained run on a test set (default: Multi30k test_2016_flickr En->De).
 
+Figures: BENCHMARKS.md, "Decoding speed on CPU" and the decoding row of "GPU".
+
     .venv/bin/python benchmarks/decode_speed.py runs/m30k [--beam 4] [--beam 1] [--batch-tokens 4096]
 For each beam size: sentences/s and target tokens/s of Translator.translate (tokenization, batching, search and
 detokenization included; model loading excluded), sacreBLEU and chrF, and the process's peak resident memory.

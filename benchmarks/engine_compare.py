@@ -1,5 +1,7 @@
 """Our translator against CTranslate2 (float32 and int8) on the same weights: speed, BLEU, identical outputs.
 
+Figures: BENCHMARKS.md, "CTranslate2 and serving" and "Decoding speed on CPU".
+
     .venv/bin/python benchmarks/engine_compare.py RUN [--beam 4] [--alpha 0.6] [--threads 2]
 Exports RUN to CTranslate2 twice (float32, int8) into temporary folders, then decodes the test set (default:
 Multi30k test_2016_flickr En->De) with transduce's Translator (its exact stop, and --patience 1: the engine's stop)

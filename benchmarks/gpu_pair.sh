@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Figures: BENCHMARKS.md, "GPU"; the sweeps behind the recipes: docs/experiments.md.
 # One call on a lent GPU (issues 16 and 17), each step timed and alone on the card unless said:
 #   1. recipes/multi30k-bf16-pair.toml as shipped: seeds 1 and 2 (1..MEMBERS) trained side by side on the one GPU
 #      (the issue-17 budget is 5 minutes), wall clock from the first command to the last run's end;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Figures: BENCHMARKS.md, "Constituency parsing" (the GPU rows); the runs behind the recipe: docs/experiments.md.
 # The parsing recipe on a lent GPU (issue 14: "the same recipe on one GPU in under 10 minutes"):
 #   1. recipes/gum-parse.toml, on the GPU (bf16 autocast there), one training run per entry of RUNS, all started
 #      together on the one card, with train.max_minutes = MINUTES as the budget (the recipe's 60 is the CPU's;

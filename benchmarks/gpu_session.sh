@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Figures: BENCHMARKS.md, "GPU"; the sweeps behind the recipes: docs/experiments.md.
 # One call on a lent GPU machine (issues 16 and 17): the CUDA checks against the CPU path (`pytest -m cuda`) and,
 # beside them on the same GPU and CPUs, benchmarks/gpu_sweep.py with the arguments given here.
 #   TRANSDUCE_DATA=... OUT=... bash benchmarks/gpu_session.sh --seeds 1 2 3 --candidate recipe= ...

@@ -1,5 +1,7 @@
 """Several seeds of several recipe candidates, trained side by side on one GPU, judged on validation (issue 17).
 
+Figures: BENCHMARKS.md, "GPU" (the sweep row); each candidate's result: docs/experiments.md.
+
     python benchmarks/gpu_sweep.py --out runs/sweep --seeds 1 2 3 \
         --candidate recipe= --candidate wd=train.weight_decay=0.0001 \
         --candidate enc4dec2=model.n_encoder_layers=4,model.n_decoder_layers=2 [--parallel 12] [--test recipe] \

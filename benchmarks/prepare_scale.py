@@ -1,5 +1,7 @@
 """`transduce prepare` and `transduce train` at the paper's data scale (issue 48), on a generated corpus.
 
+Figures: BENCHMARKS.md, "Paper-scale data" (the table and the wmt14-base line).
+
     .venv/bin/python benchmarks/prepare_scale.py --pairs 4500000 [--scratch DIR] [--workers N] [--no-train]
 
 Builds a plain-text En-De corpus of N pairs in a scratch folder (never in the repository) by cycling through the

@@ -1,5 +1,7 @@
 """Time `transduce prepare` on Multi30k En->De (29k pairs, vocabulary 8000): cold, then with a warm cache.
 
+Figures: BENCHMARKS.md, "Paper-scale data" (the Multi30k prepare line).
+
     .venv/bin/python benchmarks/prepare_speed.py
 Each figure is the wall-clock time of the real command in a fresh process (imports included).
 """

@@ -1,4 +1,6 @@
 """What translation's per-batch subword sampling costs in padding: the first N batches of an epoch, collated with and
+
+Figures: BENCHMARKS.md, "Paper-scale data" (the per-batch subword sampling line).
 without `train.subword_sampling`, on a shipped recipe's data (default: Multi30k, rate 0.1, max_tokens 4500).
 
     .venv/bin/python benchmarks/sampling_padding.py [--recipe multi30k] [--rate 0.1] [--batches 60]

@@ -1,5 +1,7 @@
 """Load test of `transduce serve` over loopback: throughput and latency with and without dynamic batching.
 
+Figures: BENCHMARKS.md, "CTranslate2 and serving" (the server tables).
+
     .venv/bin/python benchmarks/serve_load.py RUN --src FILE [--clients 32] [--requests 320] [--sentences 1]
         [--engine torch|ctranslate2] [--threads N] [--modes both|batched]
 For each mode (one request at a time, then dynamic batching) a server for RUN is started in a subprocess on

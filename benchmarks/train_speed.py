@@ -1,7 +1,9 @@
 """Training throughput of the reference model "m30k-d256" on Multi30k En->De, with model FLOPs utilisation.
 
+Figures: BENCHMARKS.md, "CPU training throughput" and the training rows of "GPU".
+
 m30k-d256 (the model eole was measured with): 3+3 layers, d_model 256, 4 heads, d_ff 1024, joint BPE 8000,
-~4,000 target tokens per batch, fp32. Runs the real training loop (`transduce.training.loop.train`) for --steps
+~4,000 target tokens per batch, fp32. Runs the real training loop (`transduce.train`) for --steps
 updates, reads the tokens/s it logged, skips the first log window (warm-up), and compares the model's FLOPs with an
 fp32 matmul peak measured in the same process.
 

@@ -1,5 +1,7 @@
 """Interleaved A/B timing of training steps of m30k-d256, with one of transduce's CPU optimisations switched off in A.
 
+Figures: BENCHMARKS.md, "CPU training throughput" (the bf16 step).
+
 This machine's speed drifts by +-20% over minutes (other tenants), so comparing two separate benchmark runs says
 little. Here both variants live in one process, start from the same weights, and run the same batches alternately
 (A then B, then B then A, ...); the median of the per-batch time ratios A/B is the speed-up of the optimisation.

@@ -1,5 +1,7 @@
 """Choose beam size and length penalty on the validation set only (issue 17: nothing is tuned on a test set).
 
+A tool, not a figure: choosing beam and alpha on validation (docs/translation.md).
+
     .venv/bin/python benchmarks/tune_decode.py runs/m30k-tiny/averaged.safetensors \
         [--beam 1 --beam 4 --beam 5 --beam 8] [--alpha 0.6 --alpha 1.0 ...] [--mbr none --mbr bleu ...]
         [--src ... --ref ...]

@@ -1,7 +1,7 @@
 """A parser's tagging errors by how often each word occurs in the training trees (where its errors fall).
 
     transduce parse runs/X/averaged.safetensors --words-from-gold --gold gum_const/dev.trees --beam 1 > parses.txt
-    .venv/bin/python benchmarks/parse_tag_errors.py parses.txt
+    .venv/bin/python benchmarks/research/parse_tag_errors.py parses.txt
 Reads the parses (the lines of `transduce parse` output that hold a tree; `--gold` adds score lines, which are
 skipped), the gold trees line for line, and the training trees (default: the gum-parse recipe's, GUM train plus the
 WSJ sample), all normalized as for training. Prints, for words seen 0, 1-4, 5-49 and 50+ times in training, their

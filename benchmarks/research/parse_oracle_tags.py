@@ -1,6 +1,6 @@
 """How much of a parser's F1 loss is its tagging: decode dev with every leaf forced to the gold POS tag.
 
-    .venv/bin/python benchmarks/parse_oracle_tags.py runs/X/averaged.safetensors [--beam 21] [--gold TREES]
+    .venv/bin/python benchmarks/research/parse_oracle_tags.py runs/X/averaged.safetensors [--beam 21] [--gold TREES]
 
 A diagnostic, not a parsing mode: the tree constraint is bound as usual, and on top of it each row's next leaf may
 only be the gold tag of the word it stands for (every other leaf token is masked out), so the search still chooses

@@ -1,8 +1,9 @@
 """Silver trees for self-training a parser: unlabelled English parsed by two parsers, kept where they agree exactly.
 
-    TRANSDUCE_DATA=../shared/data .venv/bin/python benchmarks/parse_silver.py RUN_A RUN_B --out runs/silver.trees
+    TRANSDUCE_DATA=../shared/data .venv/bin/python benchmarks/research/parse_silver.py \
+        RUN_A RUN_B --out runs/silver.trees
 
-An experiment (BENCHMARKS.md, parsing run 41), not a training mode. The sentences come from newstest2014.en (all of
+An experiment (docs/experiments.md, run 41), not a training mode. The sentences come from newstest2014.en (all of
 it) and from reviews of IMDB train (drawn with seed 0): split after . ! or ? before a capital, a quote or a bracket,
 and tokenized roughly as GUM is (Penn Treebank splits of punctuation and clitics, "..." apart, and hyphens between
 letters as tokens of their own, GUM's HYPH); 3 to 50 tokens. It is an approximation written for this experiment
