@@ -311,10 +311,10 @@ def test_config_checks_and_the_shipped_recipe():
     config = config_from_dict(raw, ParsingRunConfig)
     assert config.train.max_minutes == 60 and config.data.train == ("gum_const/train.trees.gz",)
     assert config.data.valid == "gum_const/dev.trees" and config.model.max_len > config.data.max_len
-    assert config.model.word_pointer_last and config.train.lr_clock  # two of the recipe's later changes (BENCHMARKS.md)
-    assert config.model.dropout == 0.2  # dev F1 69.7 over the hour in bf16 (BENCHMARKS.md, 2026-11-26)
-    assert config.train.subword_sampling == 0.1  # 73.1 over the hour in bf16 (BENCHMARKS.md, 2026-11-26)
-    assert config.train.subtree_substitution == 0.5  # the latest: 69.8 -> 71.6 over a slower bf16 hour (BENCHMARKS.md)
+    assert config.model.word_pointer_last and config.train.lr_clock  # later changes (docs/experiments.md)
+    assert config.model.dropout == 0.2  # dev F1 69.7 over the hour in bf16 (docs/experiments.md, 2026-11-26)
+    assert config.train.subword_sampling == 0.1  # 73.1 over the hour in bf16 (docs/experiments.md, 2026-11-26)
+    assert config.train.subtree_substitution == 0.5  # 69.8 -> 71.6 (docs/experiments.md)
 
 
 def test_prepare_on_gum_trees(tmp_path):

@@ -4,7 +4,7 @@ Beam search returns the translation the model finds most probable; MBR returns t
 others: the hypothesis with the highest mean utility against the rest of the beam's n best, which stand in for
 samples of the model's distribution (Kumar and Byrne 2004; Eikema and Aziz 2020; Freitag et al. 2022). Utility:
 sentence-level BLEU or chrF from sacreBLEU. Each pseudo-reference counts the same: weighting them by their model
-probability scored lower on Multi30k validation in every setting tried (BENCHMARKS.md). Cost: n(n-1) sentence
+probability scored lower on Multi30k validation in every setting tried (docs/experiments.md). Cost: n(n-1) sentence
 scores per input.
 """
 

@@ -3,7 +3,7 @@
 The training loop applies them (`apply`) when it trains on CPU and `train.cpu_speed` is true (the default); they
 change how fast a step runs, not what it computes (dropout draws a different random stream). Each is justified by
 a measurement of `benchmarks/train_step_ab.py`, which runs one step with the measure off and on, batches
-interleaved, in one process (BENCHMARKS.md, 2 AMD EPYC cores, m30k-d256 on Multi30k, 4,500 tokens per batch):
+interleaved, in one process (docs/experiments.md, 2 AMD EPYC cores, m30k-d256 on Multi30k, 4,500 tokens per batch):
 
 | measure                                    | step speed-up measured          |
 |--------------------------------------------|---------------------------------|
