@@ -181,6 +181,16 @@ def test_gnmt_length_penalty_is_refused_for_beam_search_only(exports):
     )
 
 
+def test_our_decoder_with_the_engines_patience_gives_the_default_paths_translations(exports):
+    """`--patience 1` gives our beam search the engine's stop (a sentence ends once beam x patience hypotheses have
+    finished): then the engine's default path (one call, its patience 1) and our decoder run the same search. On
+    Multi30k test2016 with a trained model: 1,000/1,000 identical (2026-11-28, BENCHMARKS.md)."""
+    ours, sources = exports["ours"], exports["sources"]
+    engine = CTranslate2Translator(exports["float32"], threads=THREADS)
+    options = {"beam": 4, "alpha": 0.6, "length_penalty": "length"}
+    assert ours.translate(sources, patience=1.0, **options) == engine.translate(sources, **options)
+
+
 @pytest.fixture(scope="module")
 def converged_run(tmp_path_factory):
     """A small model that has learnt the toy task: 4,000 training pairs instead of 600, 3,000 updates at Eq. 3's
