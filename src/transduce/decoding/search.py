@@ -124,7 +124,6 @@ def beam_search(
     scores[:, 1:] = float("-inf")  # at t = 0 all beams are the same: keep one
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     kept = _Finished.empty(batch, k, device)
-    n_finished = torch.zeros(batch, device=device)  # (B,) hypotheses ended so far (for `patience`)
     among_k = torch.arange(2 * k, device=device).lt(k)  # (2k,) the k best of the 2k candidates
 
     for t in range(int(max_len.max())):
@@ -138,35 +137,36 @@ def beam_search(
         new_norm = torch.where(is_eos, top_score / lp(torch.tensor(float(t + 1), device=device)), float("-inf"))
         hist = tokens[origin.view(-1)].view(sent.numel(), 2 * k, t + 1)[:, :, 1:]  # (B, 2k, t) without BOS
         kept.merge(new_norm, top_score, torch.cat([hist, token.unsqueeze(2)], dim=2))
-        n_finished += is_eos.sum(dim=1)
         # Alive: the k best candidates that did not end in EOS.
         scores, pick = top_score.masked_fill(token.eq(EOS_ID), float("-inf")).topk(k, dim=1)  # (B, k)
         alive_rows = origin.gather(1, pick).view(-1)  # (N,)
         tokens = torch.cat([tokens[alive_rows], token.gather(1, pick).view(-1, 1)], dim=1)  # (N, t+2)
         rows.reorder(alive_rows, tokens[:, -1])
 
-        # Stopping check (the step's one host sync): can any alive beam still beat the n-best finished?
-        best_alive = scores.max(dim=1).values  # (B,)
-        done = kept.score[:, nbest - 1].ge(best_alive / lp(max_len[sent].float()))
-        done |= max_len[sent].le(t + 1) | best_alive.eq(float("-inf"))
-        if patience > 0:
-            done |= n_finished.ge(k * patience)
-        if bool(done.any()):
+        done = _stops(kept, scores, max_len[sent], t, nbest=nbest, patience=patience, lp=lp)
+        if bool(done.any()):  # the step's one host sync
             for i in done.nonzero().view(-1).tolist():
                 finished[int(sent[i])] = kept.collect(i, nbest)
             keep_sent = (~done).nonzero().view(-1)
             if keep_sent.numel() == 0:
                 break
             keep_rows = (keep_sent.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
-            sent, scores, tokens, n_finished = (
-                sent[keep_sent],
-                scores[keep_sent],
-                tokens[keep_rows],
-                n_finished[keep_sent],
-            )
+            sent, scores, tokens = sent[keep_sent], scores[keep_sent], tokens[keep_rows]
             kept.select(keep_sent)
             rows.select(keep_rows)
     return finished
+
+
+def _stops(kept: _Finished, scores: Tensor, max_len: Tensor, t: int, *, nbest: int, patience: float, lp) -> Tensor:
+    """(B,) the sentences that end after step t: no alive beam can beat their n-best finished ones (log-probabilities
+    only fall and every penalty grows with length, so lp(max length) bounds them), they reached their maximum
+    length, or, with `patience`, beam x patience hypotheses have finished."""
+    best_alive = scores.max(dim=1).values  # (B,)
+    done = kept.score[:, nbest - 1].ge(best_alive / lp(max_len.float()))
+    done |= max_len.le(t + 1) | best_alive.eq(float("-inf"))
+    if patience > 0:
+        done |= kept.count.ge(scores.size(1) * patience)
+    return done
 
 
 def _step(model, tokens: Tensor, cache, constraint, state) -> Tensor:
@@ -231,15 +231,19 @@ class _Finished:
     score: Tensor  # (B, k) log P / lp
     raw: Tensor  # (B, k) log P
     tokens: Tensor  # (B, k, t) without BOS, EOS last
+    count: Tensor  # (B,) hypotheses finished so far, kept or not (decode.patience counts them)
 
     @classmethod
     def empty(cls, batch: int, k: int, device: torch.device) -> _Finished:
         none = torch.full((batch, k), float("-inf"), device=device)
-        return cls(none, none.clone(), torch.full((batch, k, 1), PAD_ID, dtype=torch.long, device=device))
+        tokens = torch.full((batch, k, 1), PAD_ID, dtype=torch.long, device=device)
+        return cls(none, none.clone(), tokens, torch.zeros(batch, device=device))
 
     def merge(self, norm: Tensor, raw: Tensor, tokens: Tensor) -> None:
-        """Keep the k best by normalised score of the kept ones and this step's (B, 2k) candidates."""
+        """Keep the k best by normalised score of the kept ones and this step's (B, 2k) candidates (-inf: not
+        finished)."""
         k = self.score.size(1)
+        self.count = self.count + norm.gt(float("-inf")).sum(dim=1)
         old = F.pad(self.tokens, (0, tokens.size(2) - self.tokens.size(2)), value=PAD_ID)  # (B, k, t+1)
         all_tokens = torch.cat([old, tokens], dim=1)  # (B, 3k, t+1)
         self.score, keep = torch.cat([self.score, norm], dim=1).topk(k, dim=1)  # (B, k)
@@ -248,6 +252,7 @@ class _Finished:
 
     def select(self, index: Tensor) -> None:
         self.score, self.raw, self.tokens = self.score[index], self.raw[index], self.tokens[index]
+        self.count = self.count[index]
 
     def collect(self, i: int, nbest: int) -> list[Hypothesis]:
         return _collect(self.tokens[i], self.score[i], self.raw[i], nbest)
