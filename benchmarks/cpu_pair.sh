@@ -7,7 +7,9 @@
 # MODE=side-by-side: the recipe as shipped: both members at once, one thread and the whole hour each
 #   (train.max_minutes=60); on 2 cores one thread per run wastes less than two threads on one small model, and each
 #   run's validations and saves overlap the other's training.
-# MODE=one-core: the same, both pinned to one core (taskset): a CPU with half the cores.
+# MODE=one-core: the same, both pinned to one core (taskset, CORE, default 0): a CPU with half the cores.
+# MODE=one-member: seed 1 alone, one thread, 60 min, pinned to CORE: what a one-core CPU gets from one member
+#   instead of two; decoded alone. One-core and one-member can run at once on CORE=0 and CORE=1.
 # MODE=sequential (the recipe before 2026-11-28): seed 1, then seed 2, each with 2 threads and 30 minutes.
 # MODE=one-thread (the same, on a slowed CPU): each member on one thread for 30 minutes, the two side by side.
 # OUT (default benchmarks/out/cpu-pair-MODE) receives the runs' logs and the scores; the runs stay in /tmp.
@@ -15,6 +17,7 @@ set -eu
 MODE=${MODE:-side-by-side}
 OUT=${OUT:-benchmarks/out/cpu-pair-$MODE}
 PY=${PYTHON:-.venv/bin/python}
+CORE=${CORE:-0}
 W=/tmp/cpu-pair-$MODE-$(date +%s)
 mkdir -p "$OUT" "$W"
 train() {  # seed, extra --set arguments
@@ -40,20 +43,26 @@ case $MODE in
     p2=$!
     wait $p1 && wait $p2
     ;;
-  one-core)
-    taskset -c 0 $PY -c "" || { echo "one-core needs taskset" >&2; exit 2; }
-    PY="taskset -c 0 $PY"
+  one-core | one-member)
+    taskset -c "$CORE" $PY -c "" || { echo "$MODE needs taskset and a core $CORE" >&2; exit 2; }
+    PY="taskset -c $CORE $PY"
+    if [ "$MODE" = one-member ]; then
+      train 1 --set train.num_threads=1 --set train.max_minutes=60
+    else
     train 1 --set train.num_threads=1 --set train.max_minutes=60 &
     p1=$!
     train 2 --set train.num_threads=1 --set train.max_minutes=60 &
     p2=$!
     wait $p1 && wait $p2
+    fi
     ;;
-  *) echo "MODE must be side-by-side, one-core, sequential or one-thread, got '$MODE'" >&2; exit 2 ;;
+  *) echo "MODE must be side-by-side, one-core, one-member, sequential or one-thread, got '$MODE'" >&2; exit 2 ;;
 esac
 echo "training wall clock: $(( $(date +%s) - start )) s" | tee "$OUT/wall.txt"
+ENSEMBLE=(--ensemble "$W/s2/averaged.safetensors")
+[ "$MODE" = one-member ] && ENSEMBLE=()
 for split in val test_2016_flickr; do
-  $PY -m transduce evaluate "$W/s1/averaged.safetensors" --ensemble "$W/s2/averaged.safetensors" \
+  $PY -m transduce evaluate "$W/s1/averaged.safetensors" "${ENSEMBLE[@]}" \
     --src "multi30k/$split.en.gz" --ref "multi30k/$split.de.gz" >"$OUT/$split.txt" 2>"$OUT/$split.err"
   cat "$OUT/$split.txt"
 done
