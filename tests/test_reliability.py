@@ -132,6 +132,11 @@ def _copy_corpus_here(e):
         shutil.copy(e.corpus / name, e.work / name)
 
 
+def _copy_weights_out(e):
+    newest = sorted((e.run / "checkpoints").glob("step-*"))[-1]
+    shutil.copy(newest / "model.safetensors", e.tmp / "w.safetensors")
+
+
 PREPARE = ["prepare", "--train", "{corpus}/train", "--src", "en", "--tgt", "xx", "--vocab-size", "60"]
 ONE = ["--sentence", "the dog sees a cat"]
 CASES = {
@@ -282,6 +287,11 @@ CASES = {
     "translate a missing input file": Case(["translate", "{run}", "--input", "{tmp}/nope.en"], ("no such file",)),
     "an unknown shipped recipe": Case(["train", "nonsense", "--out", "{tmp}/r"], ("multi30k",)),
     "resume without a recipe where there is no run": Case(["train", "--out", "{tmp}/empty"], ("no run to resume",)),
+    "evaluate a weights file outside any run": Case(
+        ["evaluate", "{tmp}/w.safetensors", "--src", "{corpus}/test.en", "--ref", "{corpus}/test.xx"],
+        ("w.safetensors: not inside a run directory",),
+        setup=_copy_weights_out,
+    ),
     "invalid UTF-8 in score": Case(
         ["score", "--hyp", "{tmp}/bad.txt", "--ref", "{tmp}/text.en"],
         ("bad.txt:1", "--errors replace"),
