@@ -26,36 +26,26 @@ train() {  # seed, extra --set arguments
   $PY -m transduce train multi30k-bf16-pair --out "$W/s$seed" --set train.seed="$seed" "$@" 2>"$OUT/train-s$seed.err"
   cp "$W/s$seed/train.log" "$OUT/train-s$seed.log"
 }
-start=$(date +%s)
+together() {  # both members at once, each with the given --set arguments
+  train 1 "$@" &
+  local p1=$!
+  train 2 "$@" &
+  local p2=$!
+  wait $p1 && wait $p2
+}
+ONE_HOUR=(--set train.num_threads=1 --set train.max_minutes=60)
 case $MODE in
-  sequential) train 1 --set train.num_threads=2 --set train.max_minutes=30 && train 2 --set train.num_threads=2 --set train.max_minutes=30 ;;
-  one-thread)
-    train 1 --set train.num_threads=1 --set train.max_minutes=30 &
-    p1=$!
-    train 2 --set train.num_threads=1 --set train.max_minutes=30 &
-    p2=$!
-    wait $p1 && wait $p2
-    ;;
-  side-by-side)
-    train 1 --set train.num_threads=1 --set train.max_minutes=60 &
-    p1=$!
-    train 2 --set train.num_threads=1 --set train.max_minutes=60 &
-    p2=$!
-    wait $p1 && wait $p2
-    ;;
   one-core | one-member)
     taskset -c "$CORE" $PY -c "" || { echo "$MODE needs taskset and a core $CORE" >&2; exit 2; }
     PY="taskset -c $CORE $PY"
-    if [ "$MODE" = one-member ]; then
-      train 1 --set train.num_threads=1 --set train.max_minutes=60
-    else
-    train 1 --set train.num_threads=1 --set train.max_minutes=60 &
-    p1=$!
-    train 2 --set train.num_threads=1 --set train.max_minutes=60 &
-    p2=$!
-    wait $p1 && wait $p2
-    fi
     ;;
+esac
+start=$(date +%s)
+case $MODE in
+  sequential) train 1 --set train.num_threads=2 --set train.max_minutes=30 && train 2 --set train.num_threads=2 --set train.max_minutes=30 ;;
+  one-thread) together --set train.num_threads=1 --set train.max_minutes=30 ;;
+  side-by-side | one-core) together "${ONE_HOUR[@]}" ;;
+  one-member) train 1 "${ONE_HOUR[@]}" ;;
   *) echo "MODE must be side-by-side, one-core, one-member, sequential or one-thread, got '$MODE'" >&2; exit 2 ;;
 esac
 echo "training wall clock: $(( $(date +%s) - start )) s" | tee "$OUT/wall.txt"

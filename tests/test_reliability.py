@@ -25,6 +25,7 @@ from conftest import tiny_recipe
 from test_classify import toy_rows, write_tsv
 
 from transduce.cli import main
+from transduce.training.checkpoint import checkpoint_dirs
 
 SENTINEL = "KEEP-ME.txt"
 
@@ -133,8 +134,7 @@ def _copy_corpus_here(e):
 
 
 def _copy_weights_out(e):
-    newest = sorted((e.run / "checkpoints").glob("step-*"))[-1]
-    shutil.copy(newest / "model.safetensors", e.tmp / "w.safetensors")
+    shutil.copy(checkpoint_dirs(e.run)[-1] / "model.safetensors", e.tmp / "w.safetensors")
 
 
 PREPARE = ["prepare", "--train", "{corpus}/train", "--src", "en", "--tgt", "xx", "--vocab-size", "60"]

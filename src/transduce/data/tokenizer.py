@@ -121,29 +121,8 @@ class Tokenizer:
         failure: list[Exception] = []
         try:
             prefix = scratch / "spm"
-            try:
-                spm.SentencePieceTrainer.train(
-                    sentence_iterator=_guarded((t.lower() if lowercase else t for t in texts), failure),
-                    model_prefix=str(prefix),
-                    vocab_size=vocab_size,
-                    model_type=model_type,
-                    character_coverage=1.0,
-                    pad_id=PAD_ID,
-                    unk_id=UNK_ID,
-                    bos_id=BOS_ID,
-                    eos_id=EOS_ID,
-                    split_digits=split_digits,
-                    input_sentence_size=max_sentences,
-                    shuffle_input_sentence=True,
-                    num_threads=os.cpu_count() or 1,
-                    minloglevel=2,
-                )
-            except RuntimeError as err:  # e.g. "Vocabulary size too high (8000). Please set it to a value <= 5321."
-                if failure:  # reading the text failed (a DataError naming the line): that is the error
-                    raise failure[0] from None
-                raise TokenizerError(
-                    f"SentencePiece could not train a vocabulary of {vocab_size}: {str(err).strip().splitlines()[-1]}"
-                ) from None
+            sentences = _guarded((t.lower() if lowercase else t for t in texts), failure)
+            _train_sentencepiece(sentences, prefix, failure, vocab_size, model_type, split_digits, max_sentences)
             meta = {
                 "lowercase": lowercase,
                 "model_type": model_type,
@@ -160,6 +139,42 @@ class Tokenizer:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return cls(path)
+
+
+def _train_sentencepiece(
+    sentences: Iterator[str],
+    prefix: Path,
+    failure: list[Exception],
+    vocab_size: int,
+    model_type: str,
+    split_digits: bool,
+    max_sentences: int,
+) -> None:
+    """PREFIX.model from `sentences`; a failure reading them (kept in `failure`) or SentencePiece's own refusal is
+    raised as one clear error."""
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences,
+            model_prefix=str(prefix),
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=1.0,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            split_digits=split_digits,
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,
+        )
+    except RuntimeError as err:  # e.g. "Vocabulary size too high (8000). Please set it to a value <= 5321."
+        if failure:  # reading the text failed (a DataError naming the line): that is the error
+            raise failure[0] from None
+        raise TokenizerError(
+            f"SentencePiece could not train a vocabulary of {vocab_size}: {str(err).strip().splitlines()[-1]}"
+        ) from None
 
 
 def _guarded(texts: Iterable[str], failure: list[Exception]) -> Iterator[str]:

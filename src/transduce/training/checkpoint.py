@@ -270,15 +270,13 @@ def find_weights(path: str | Path) -> tuple[Path, Path]:
     """
     path = Path(path)
     if path.is_file():
-        run_dir = path.parent
-        while run_dir != run_dir.parent and not (run_dir / "config.json").is_file():
-            run_dir = run_dir.parent
-        if not (run_dir / "config.json").is_file():
-            raise CheckpointError(
-                f"{path}: not inside a run directory (no config.json beside it or in a folder above); "
-                "keep weights in their run, e.g. transduce average RUN --output RUN/NAME.safetensors"
-            )
-        return run_dir, path
+        for run_dir in path.parents:
+            if (run_dir / "config.json").is_file():
+                return run_dir, path
+        raise CheckpointError(
+            f"{path}: not inside a run directory (no config.json beside it or in a folder above); "
+            "keep weights in their run, e.g. transduce average RUN --output RUN/NAME.safetensors"
+        )
     if path.is_dir() and (path / "model.safetensors").is_file():  # a checkpoint folder
         return path.parent.parent, path / "model.safetensors"
     if not (path / "config.json").is_file():
