@@ -10,15 +10,18 @@
 # MODE=one-core: the same, both pinned to one core (taskset, CORE, default 0): a CPU with half the cores.
 # MODE=one-member: seed 1 alone, one thread, 60 min, pinned to CORE: what a one-core CPU gets from one member
 #   instead of two; decoded alone. One-core and one-member can run at once on CORE=0 and CORE=1.
+# MODE=competing: the recipe as shipped (members not pinned) while a busy loop holds CORE: a CPU that is also doing
+#   something else; the load stops when training ends.
 # MODE=sequential (the recipe before 2026-11-28): seed 1, then seed 2, each with 2 threads and 30 minutes.
 # MODE=one-thread (the same, on a slowed CPU): each member on one thread for 30 minutes, the two side by side.
+# SET: extra key=value overrides for each member of the 60-minute modes, space-separated (SET="train.peak_lr=0.004").
 # OUT (default benchmarks/out/cpu-pair-MODE) receives the runs' logs and the scores; the runs stay in /tmp.
 set -eu
 MODE=${MODE:-side-by-side}
 OUT=${OUT:-benchmarks/out/cpu-pair-$MODE}
 PY=${PYTHON:-.venv/bin/python}
 CORE=${CORE:-0}
-W=/tmp/cpu-pair-$MODE-$(date +%s)
+W=/tmp/cpu-pair-$MODE-$(date +%s)-$$
 mkdir -p "$OUT" "$W"
 train() {  # seed, extra --set arguments
   local seed=$1
@@ -33,7 +36,9 @@ together() {  # both members at once, each with the given --set arguments
   local p2=$!
   wait $p1 && wait $p2
 }
-ONE_HOUR=(--set train.num_threads=1 --set train.max_minutes=60)
+LEVER=()
+for kv in ${SET:-}; do LEVER+=(--set "$kv"); done
+ONE_HOUR=(--set train.num_threads=1 --set train.max_minutes=60 "${LEVER[@]}")
 case $MODE in
   one-core | one-member)
     taskset -c "$CORE" $PY -c "" || { echo "$MODE needs taskset and a core $CORE" >&2; exit 2; }
@@ -46,7 +51,15 @@ case $MODE in
   one-thread) together --set train.num_threads=1 --set train.max_minutes=30 ;;
   side-by-side | one-core) together "${ONE_HOUR[@]}" ;;
   one-member) train 1 "${ONE_HOUR[@]}" ;;
-  *) echo "MODE must be side-by-side, one-core, one-member, sequential or one-thread, got '$MODE'" >&2; exit 2 ;;
+  competing)
+    taskset -c "$CORE" true || { echo "competing needs taskset and a core $CORE" >&2; exit 2; }
+    taskset -c "$CORE" sh -c 'while :; do :; done' &
+    load=$!
+    trap 'kill $load 2>/dev/null' EXIT
+    together "${ONE_HOUR[@]}"
+    kill $load
+    ;;
+  *) echo "MODE must be side-by-side, one-core, one-member, competing, sequential or one-thread, got '$MODE'" >&2; exit 2 ;;
 esac
 echo "training wall clock: $(( $(date +%s) - start )) s" | tee "$OUT/wall.txt"
 ENSEMBLE=(--ensemble "$W/s2/averaged.safetensors")
