@@ -40,11 +40,11 @@ LEVER=()
 for kv in ${SET:-}; do LEVER+=(--set "$kv"); done
 ONE_HOUR=(--set train.num_threads=1 --set train.max_minutes=60 "${LEVER[@]}")
 case $MODE in
-  one-core | one-member)
-    taskset -c "$CORE" $PY -c "" || { echo "$MODE needs taskset and a core $CORE" >&2; exit 2; }
-    PY="taskset -c $CORE $PY"
+  one-core | one-member | competing)
+    taskset -c "$CORE" true || { echo "$MODE needs taskset and a core $CORE" >&2; exit 2; }
     ;;
 esac
+case $MODE in one-core | one-member) PY="taskset -c $CORE $PY" ;; esac
 start=$(date +%s)
 case $MODE in
   sequential) train 1 --set train.num_threads=2 --set train.max_minutes=30 && train 2 --set train.num_threads=2 --set train.max_minutes=30 ;;
@@ -52,7 +52,6 @@ case $MODE in
   side-by-side | one-core) together "${ONE_HOUR[@]}" ;;
   one-member) train 1 "${ONE_HOUR[@]}" ;;
   competing)
-    taskset -c "$CORE" true || { echo "competing needs taskset and a core $CORE" >&2; exit 2; }
     taskset -c "$CORE" sh -c 'while :; do :; done' &
     load=$!
     trap 'kill $load 2>/dev/null' EXIT
