@@ -12,6 +12,8 @@
 #   instead of two; decoded alone. One-core and one-member can run at once on CORE=0 and CORE=1.
 # MODE=competing: the recipe as shipped (members not pinned) while a busy loop holds CORE: a CPU that is also doing
 #   something else; the load stops when training ends.
+# MODE=competing-member: the same load, seed 1 alone (not pinned, one thread, 60 min), decoded alone: the one-core
+#   advice on such a CPU.
 # MODE=sequential (the recipe before 2026-11-28): seed 1, then seed 2, each with 2 threads and 30 minutes.
 # MODE=one-thread (the same, on a slowed CPU): each member on one thread for 30 minutes, the two side by side.
 # SET: extra key=value overrides for each member of the 60-minute modes, space-separated (SET="train.peak_lr=0.004").
@@ -40,7 +42,7 @@ LEVER=()
 for kv in ${SET:-}; do LEVER+=(--set "$kv"); done
 ONE_HOUR=(--set train.num_threads=1 --set train.max_minutes=60 "${LEVER[@]}")
 case $MODE in
-  one-core | one-member | competing)
+  one-core | one-member | competing | competing-member)
     taskset -c "$CORE" true || { echo "$MODE needs taskset and a core $CORE" >&2; exit 2; }
     ;;
 esac
@@ -51,18 +53,18 @@ case $MODE in
   one-thread) together --set train.num_threads=1 --set train.max_minutes=30 ;;
   side-by-side | one-core) together "${ONE_HOUR[@]}" ;;
   one-member) train 1 "${ONE_HOUR[@]}" ;;
-  competing)
+  competing | competing-member)
     taskset -c "$CORE" sh -c 'while :; do :; done' &
     load=$!
     trap 'kill $load 2>/dev/null' EXIT
-    together "${ONE_HOUR[@]}"
+    if [ "$MODE" = competing ]; then together "${ONE_HOUR[@]}"; else train 1 "${ONE_HOUR[@]}"; fi
     kill $load
     ;;
-  *) echo "MODE must be side-by-side, one-core, one-member, competing, sequential or one-thread, got '$MODE'" >&2; exit 2 ;;
+  *) echo "MODE must be side-by-side, one-core, one-member, competing, competing-member, sequential or one-thread, got '$MODE'" >&2; exit 2 ;;
 esac
 echo "training wall clock: $(( $(date +%s) - start )) s" | tee "$OUT/wall.txt"
 ENSEMBLE=(--ensemble "$W/s2/averaged.safetensors")
-[ "$MODE" = one-member ] && ENSEMBLE=()
+case $MODE in one-member | competing-member) ENSEMBLE=() ;; esac
 for split in val test_2016_flickr; do
   $PY -m transduce evaluate "$W/s1/averaged.safetensors" "${ENSEMBLE[@]}" \
     --src "multi30k/$split.en.gz" --ref "multi30k/$split.de.gz" >"$OUT/$split.txt" 2>"$OUT/$split.err"
