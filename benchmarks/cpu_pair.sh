@@ -63,8 +63,8 @@ case $MODE in
   *) echo "MODE must be side-by-side, one-core, one-member, competing, competing-member, sequential or one-thread, got '$MODE'" >&2; exit 2 ;;
 esac
 echo "training wall clock: $(( $(date +%s) - start )) s" | tee "$OUT/wall.txt"
-ENSEMBLE=(--ensemble "$W/s2/averaged.safetensors")
-case $MODE in one-member | competing-member) ENSEMBLE=() ;; esac
+ENSEMBLE=()  # the one-member modes train seed 1 alone and decode it alone
+[ -d "$W/s2" ] && ENSEMBLE=(--ensemble "$W/s2/averaged.safetensors")
 for split in val test_2016_flickr; do
   $PY -m transduce evaluate "$W/s1/averaged.safetensors" "${ENSEMBLE[@]}" \
     --src "multi30k/$split.en.gz" --ref "multi30k/$split.de.gz" >"$OUT/$split.txt" 2>"$OUT/$split.err"
