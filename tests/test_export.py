@@ -266,13 +266,6 @@ def test_restricted_attention_is_refused_with_the_reason(exports, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
-def test_a_decoder_without_positions_is_refused_with_the_reason(exports, tmp_path):
-    run = make_run(tmp_path / "run", exports["run"] / "tokenizer.model", decoder_positional="none")
-    with pytest.raises(ExportError, match="decoder_positional"):
-        export_ctranslate2(run, tmp_path / "export")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
-
-
 def test_a_folder_that_is_not_an_export_is_never_overwritten(exports, tmp_path):
     out = tmp_path / "mine"
     out.mkdir()

@@ -4,6 +4,7 @@ or for type checking only) runs from a lower layer up to a higher one, and the r
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "transduce"
@@ -98,3 +99,19 @@ def test_the_task_registry_and_the_run_configs_agree():
     for name in TASKS:
         assert task_class(name).name == name
         assert task_class(name).config_class is RUN_CONFIGS[name]
+
+
+# what only parsing has: its pointer (model/pointer.py, decoding/parser.py) and its trees
+PARSING_NAMES = re.compile(r"\b(word_pos|pointer\w*|pars(?:e|er|ing)\w*|trees?|constituents?|leaf)\b", re.IGNORECASE)
+
+
+def test_the_papers_model_and_the_search_know_no_parsing():
+    """model/transformer.py, decoding/search.py and decoding/ensemble.py hold no parsing name, in code or comments
+    (DESIGN: nothing in model/ knows about tasks): the word pointer is a subclass beside the Transformer
+    (model/pointer.py), and the parser hands it its positions through the cache (decoding/parser.py's
+    PointerGuide). The ensemble may name the command that ensembles parsers (`transduce parse --ensemble`)."""
+    for name in ("model/transformer.py", "decoding/search.py", "decoding/ensemble.py"):
+        found = set(PARSING_NAMES.findall((SRC / name).read_text(encoding="utf-8")))
+        if name == "decoding/ensemble.py":
+            found -= {"parse", "parser", "parsers", "parsing"}
+        assert not found, f"{name} names {sorted(found)}"

@@ -181,8 +181,6 @@ def test_decoder_cannot_see_the_future():
         dict(norm_first=True),
         dict(positional="learned"),
         dict(attention_window=2),
-        dict(decoder_positional="none"),
-        dict(decoder_positional="learned"),
     ],
 )
 def test_cached_decoding_equals_full_decoding(kw):
@@ -192,28 +190,6 @@ def test_cached_decoding_equals_full_decoding(kw):
     cache = model.start_decoding(model.encode(src), model.pad_mask(src))
     steps = torch.stack([model.decode_step(tgt[:, t], cache) for t in range(tgt.size(1))], dim=1)
     assert torch.allclose(full, steps, atol=1e-5)
-
-
-def test_a_decoder_without_positions_sees_only_tokens_and_the_causal_mask():
-    """model.decoder_positional = "none": the decoder's input is the scaled token embedding alone, at any offset; the
-    encoder keeps its sinusoids; the decoder's output still depends on the order of its inputs (through the mask)."""
-    model = Transformer(tiny(decoder_positional="none")).eval()
-    assert model.config.decoder_positions == "none" and model.config.positional == "sinusoidal"
-    tokens = torch.tensor([[5, 9, 5]])
-    embedded = model.decoder.embed(tokens)
-    assert torch.equal(embedded[0, 0], embedded[0, 2])  # the same token, two positions: the same input
-    assert torch.equal(model.decoder.embed(tokens, offset=7), embedded)
-    assert not torch.equal(model.encoder.embed(tokens)[0, 0], model.encoder.embed(tokens)[0, 2])
-    with_positions = Transformer(tiny()).eval()
-    with_positions.load_state_dict(model.state_dict())  # the same weights (a sinusoid table is no parameter)
-    src, tgt = batch()
-    assert not torch.allclose(model(src, tgt), with_positions(src, tgt), atol=1e-4)
-    swapped = tgt[:, [1, 0, *range(2, tgt.size(1))]]
-    assert not torch.allclose(model(src, tgt)[:, 2:], model(src, swapped)[:, 2:], atol=1e-4)
-    assert "decoder.embed.learned.weight" in Transformer(tiny(decoder_positional="learned")).state_dict()
-    assert "encoder.embed.learned.weight" not in Transformer(tiny(decoder_positional="learned")).state_dict()
-    with pytest.raises(ConfigError, match="decoder_positional"):
-        tiny(decoder_positional="rotary")
 
 
 def test_restricted_attention_window():

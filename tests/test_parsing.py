@@ -27,14 +27,15 @@ from transduce.config import (
     ModelConfig,
     ParseDataConfig,
     ParseDecodeConfig,
+    ParserModelConfig,
     ParsingRunConfig,
     TrainConfig,
     config_from_dict,
     recipes_folder,
 )
 from transduce.data import DataError, trees
-from transduce.decoding.parser import Parser
-from transduce.model import Transformer
+from transduce.decoding.parser import Parser, PointerGuide
+from transduce.model import PointerTransformer
 from transduce.tasks.parsing import ParsingTask
 from transduce.training.checkpoint import save_weights
 
@@ -80,7 +81,7 @@ def write_treebank(path: Path, n: int, seed: int) -> Path:
 def tiny_config(train: Path, valid: Path, **train_settings) -> ParsingRunConfig:
     """A model that runs in milliseconds per step; decoding limits kept small so an untrained model stops soon."""
     return ParsingRunConfig(
-        model=ModelConfig(n_layers=1, d_model=32, d_ff=64, n_heads=4, dropout=0.0, max_len=96),
+        model=ParserModelConfig(n_layers=1, d_model=32, d_ff=64, n_heads=4, dropout=0.0, max_len=96),
         data=ParseDataConfig(train=(str(train),), valid=str(valid), vocab_size=60, max_len=90),
         train=TrainConfig(
             **{
@@ -296,13 +297,13 @@ def test_config_checks_and_the_shipped_recipe():
     with pytest.raises(ConfigError, match="decode.max_open_run"):
         ParseDecodeConfig(max_open_run=1)
     with pytest.raises(ConfigError, match="word_pointer_output needs model.word_pointer"):
-        ModelConfig(word_pointer_output=True)
+        ParserModelConfig(word_pointer_output=True)
     with pytest.raises(ConfigError, match="word_pointer_last needs model.word_pointer"):
-        ModelConfig(word_pointer_last=True)
-    with pytest.raises(ConfigError, match="span_pointer needs model.word_pointer"):
-        ModelConfig(span_pointer=True)
-    with pytest.raises(ConfigError, match="tree_position needs model.word_pointer"):
-        ModelConfig(tree_position=True)
+        ParserModelConfig(word_pointer_last=True)
+    with pytest.raises(TypeError, match="word_pointer"):  # the paper's model section knows no pointer
+        ModelConfig(word_pointer=True)  # type: ignore[call-arg]
+    given = ParsingRunConfig(model=ModelConfig(d_model=64, n_heads=2))  # the shared section: a parser's, no pointer
+    assert type(given.model) is ParserModelConfig and given.model.d_model == 64 and not given.model.word_pointer
     assert (ParseDecodeConfig().beam, ParseDecodeConfig().alpha, ParseDecodeConfig().max_len_b) == (21, 0.3, 300)
     import tomllib
 
@@ -425,35 +426,17 @@ def test_parse_evalb_and_attention_commands(tiny_run, treebank, tmp_path, capsys
 
 @pytest.fixture(
     scope="module",
-    params=[
-        (False, False, False, False),
-        (True, False, False, False),
-        (False, True, False, False),
-        (True, True, False, False),
-        (False, False, True, False),
-        (True, True, True, False),
-        (False, False, False, True),
-        (True, True, True, True),
-    ],
-    ids=["pointer", "+output", "+last", "+output+last", "+span", "+output+last+span", "+tree", "+all"],
+    params=[(False, False), (True, False), (False, True), (True, True)],
+    ids=["pointer", "+output", "+last", "+output+last"],
 )
 def pointer_run(request, tmp_path_factory, treebank) -> tuple[Path, ParsingTask]:
     """Like tiny_run, with model.word_pointer (and, the second time, model.word_pointer_output: the pointed state
     also added before the output layer; then model.word_pointer_last, the word's last piece pointed at too, without
-    and with the output pointer; then model.span_pointer, the innermost open constituent's first word pointed at
-    too, alone and with both; then model.tree_position, the depth and the innermost open label, alone and with all
-    the others): untrained weights saved as best.safetensors."""
+    and with the output pointer): untrained weights saved as best.safetensors."""
     run = tmp_path_factory.mktemp("pointer") / "run"
     config = tiny_config(*treebank)
-    output, last, span, tree = request.param
-    model = dataclasses.replace(
-        config.model,
-        word_pointer=True,
-        word_pointer_output=output,
-        word_pointer_last=last,
-        span_pointer=span,
-        tree_position=tree,
-    )
+    output, last = request.param
+    model = dataclasses.replace(config.model, word_pointer=True, word_pointer_output=output, word_pointer_last=last)
     config = config.replace(model=model)
     task = prepare_run(config, run)
     torch.manual_seed(1)
@@ -464,41 +447,29 @@ def pointer_run(request, tmp_path_factory, treebank) -> tuple[Path, ParsingTask]
 def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
     """At every decoder input (BOS + target), word_pos is the source position of the first piece of the word after
     the leaves written so far (the input itself included), and the source EOS once every word is covered: checked
-    against the pieces' text. With word_pointer_last, also the position of that word's last piece (EOS's: EOS); with
-    span_pointer, then the first piece of the first word of the innermost open constituent (EOS outside the root); with
-    tree_position, then the depth and the id of the innermost open "(LABEL" (0 outside the root)."""
+    against the pieces' text. With word_pointer_last, also the position of that word's last piece (EOS's: EOS)."""
     _, task = pointer_run
     vocab, sp = task.data.vocab, task.data.tokenizer.sp
-    last, span = task.config.model.word_pointer_last, task.config.model.span_pointer
-    tree = task.config.model.tree_position
-    reads = 1 + last + span + 2 * tree
+    last = task.config.model.word_pointer_last
+    reads = 1 + last
     batch = task.collate(task.batches(max_tokens=600, seed=2, epoch=0)[0])
     assert batch.word_pos is not None
     assert batch.word_pos.shape == (*batch.tgt_in.shape, *((reads,) if reads > 1 else ()))
-    multi_piece, inner_spans = 0, 0
+    multi_piece = 0
     for row in range(batch.src.size(0)):
         src = [i for i in batch.src[row].tolist() if i != 0]
         word_at = [j for j, i in enumerate(src[:-1]) if sp.id_to_piece(i).startswith("\u2581")] + [len(src) - 1]
         word_end = [b - 1 for b in word_at[1:]] + [len(src) - 1]
         multi_piece += sum(b > a for a, b in zip(word_at, word_end))
         tokens = vocab.decode(batch.tgt_in[row, 1:].tolist())
-        used, opened, labels = 0, [], []  # opened: the word each open constituent starts at; labels: its "(LABEL"
+        used = 0
         for j in range(int(batch.tgt_in[row].ne(0).sum())):
-            if j > 0 and tokens[j - 1].startswith("("):
-                opened.append(used)
-                labels.append(vocab.encode([tokens[j - 1]])[0])
-            elif j > 0 and tokens[j - 1] == ")":
-                opened.pop()
-                labels.pop()
-            elif j > 0 and tokens[j - 1] not in ("</s>", "<pad>"):
+            if j > 0 and not tokens[j - 1].startswith("(") and tokens[j - 1] not in (")", "</s>", "<pad>"):
                 used += 1  # the input at j is a leaf: its word is covered
-            expected = [word_at[used]] + [word_end[used]] * last + [word_at[opened[-1] if opened else -1]] * span
-            expected += [len(opened), labels[-1] if labels else 0] * tree
+            expected = [word_at[used]] + [word_end[used]] * last
             assert batch.word_pos[row, j].tolist() == (expected if reads > 1 else expected[0])
-            inner_spans += bool(opened) and opened[-1] > 0
         assert used == len(word_at) - 1  # every word covered once
     assert multi_piece > 0  # some words have several pieces: first and last differ
-    assert inner_spans > 0  # some constituents start after the first word
     # a model with the pointer needs the positions; one without refuses them
     torch.manual_seed(0)
     model = task.build_model()
@@ -506,15 +477,9 @@ def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
         model(batch.src, batch.tgt_in)
     with pytest.raises(ValueError, match="without model.word_pointer"):
         plain = dataclasses.replace(
-            task.config.model,
-            word_pointer=False,
-            word_pointer_output=False,
-            word_pointer_last=False,
-            span_pointer=False,
-            tree_position=False,
+            task.config.model, word_pointer=False, word_pointer_output=False, word_pointer_last=False
         )
-        tiny_run_model = Transformer(plain)
-        tiny_run_model(batch.src, batch.tgt_in, word_pos=batch.word_pos)
+        PointerTransformer(plain)(batch.src, batch.tgt_in, word_pos=batch.word_pos)
     loss, _ = task.loss(model, batch, contextlib.nullcontext)
     loss.backward()
     assert model.word_proj is not None and model.word_proj.weight.grad is not None
@@ -522,18 +487,10 @@ def test_pointer_positions_name_the_next_word_to_cover(pointer_run):
     halves = model.word_proj.weight.grad.split(d)  # [W_p; W_o] with word_pointer_output: both learn
     assert len(halves) == (2 if task.config.model.word_pointer_output else 1)
     assert all(float(h.abs().sum()) > 0 for h in halves)
-    for proj, on in (  # W_l, W_s, E_d and W_a learn when present
-        (model.word_last_proj, last),
-        (model.span_proj, span),
-        (model.depth_embed, tree),
-        (model.parent_proj, tree),
-    ):
-        assert (proj is not None) == on
-        assert proj is None or float(proj.weight.grad.abs().sum()) > 0
-    if tree:  # depth 0 (before the root, after it closes) reads nothing from the label table: PAD's zero row
-        assert bool(batch.word_pos[:, 0, -2:].eq(0).all()) and int(batch.word_pos[..., -2].max()) >= 3
+    assert (model.word_last_proj is not None) == last  # W_l learns when present
+    assert model.word_last_proj is None or float(model.word_last_proj.weight.grad.abs().sum()) > 0
     if reads > 1:  # a model with more reads refuses first-piece positions alone, and one read too few
-        with pytest.raises(ValueError, match="first, last" if last else "first, span" if span else "first, depth"):
+        with pytest.raises(ValueError, match="first, last"):
             model(batch.src, batch.tgt_in, word_pos=batch.word_pos[..., 0])
         with pytest.raises(ValueError, match=rf"\(B, T, {reads}\)"):
             model(batch.src, batch.tgt_in, word_pos=batch.word_pos[..., 1:])
@@ -561,16 +518,7 @@ def _teacher_forced_token_log_probs(
     from transduce.data.pointers import word_positions
 
     target = tokens + [3]  # + EOS
-    last = parser.model.config.word_pointer_last
-    pos = word_positions(
-        np.asarray(starts),
-        np.asarray(target[:-1]),
-        parser.leaves,
-        last=last,
-        kinds=parser.kinds,
-        span=parser.span,
-        tree=parser.tree,
-    )
+    pos = word_positions(np.asarray(starts), np.asarray(target[:-1]), parser.leaves, last=parser.last_piece)
     with torch.no_grad():
         logits = parser.model(
             torch.tensor([source]), torch.tensor([[2] + target[:-1]]), word_pos=torch.from_numpy(pos).unsqueeze(0)
@@ -596,13 +544,11 @@ def test_pointer_decoding_scores_equal_teacher_forcing(pointer_run):
     from transduce.data.pointers import pointer_targets
 
     (source,), (starts,) = parser._sources([words_])
-    last = parser.model.config.word_pointer_last
-    constraint = parser.constraint.for_sentences(
-        [len(words_)], [pointer_targets(starts, last=last).tolist()], span=parser.span, tree=parser.tree
-    )
-    (hyp,) = greedy_search(parser.model, torch.tensor([source]), max_len_b=40, constraint=constraint)[0]
+    bound = parser.constraint.for_sentences([len(words_)], [pointer_targets(starts, last=parser.last_piece).tolist()])
+    guide = PointerGuide(parser.model, bound)  # to the search, the model and the constraint
+    (hyp,) = greedy_search(guide, torch.tensor([source]), max_len_b=40, constraint=guide)[0]
     assert _teacher_forced_log_prob(parser, source, starts, hyp.tokens) == pytest.approx(hyp.log_prob, abs=1e-3)
-    hyps = beam_search(parser.model, torch.tensor([source]), beam=4, nbest=4, max_len_b=40, constraint=constraint)[0]
+    hyps = beam_search(guide, torch.tensor([source]), beam=4, nbest=4, max_len_b=40, constraint=guide)[0]
     assert len(hyps) == 4 and len({tuple(h.tokens) for h in hyps}) == 4
     for h in hyps:
         assert _teacher_forced_log_prob(parser, source, starts, h.tokens) == pytest.approx(h.log_prob, abs=1e-3)
@@ -829,109 +775,9 @@ def test_subtree_substitution_redraws_targets_each_epoch_and_resumes_exactly(tmp
         TrainConfig(subtree_substitution=1.5)
 
 
-def test_same_tag_word_substitution():
-    """substitute_words replaces words by training words of the same tag, drawn as often as they occur, at the rate
-    asked, within each sentence's budget, from the sentence's own group when given, and leaves its inputs as they
-    were."""
-    from transduce.data.augment import substitute_words
-
-    sentences = [[[1], [2, 2], [3]], [[4], [5]], [[6, 6, 6]], [[5]]]  # each word's pieces; word "5" occurs twice
-    tags = [np.array([7, 8, 9]), np.array([7, 8]), np.array([8]), np.array([8])]  # tag 9: one word, never changes
-    kept = [[list(p) for p in s] for s in sentences]
-    wide = [100] * 4
-    by_tag = {7: {(1,), (4,)}, 8: {(2, 2), (5,), (6, 6, 6)}, 9: {(3,)}}
-    drawn_for_8: list[tuple] = []
-    for seed in range(200):
-        out = substitute_words(sentences, tags, rate=1.0, rng=np.random.default_rng(seed), budgets=wide)
-        assert sentences == kept  # unchanged
-        assert out[0][2] == [3]
-        for sentence, sentence_tags in zip(out, tags):
-            assert len(sentence) == len(sentence_tags)
-            for pieces, tag in zip(sentence, sentence_tags.tolist()):
-                assert tuple(pieces) in by_tag[tag]
-                if tag == 8:
-                    drawn_for_8.append(tuple(pieces))
-    share = {p: drawn_for_8.count(p) / len(drawn_for_8) for p in by_tag[8]}
-    assert 0.42 < share[(5,)] < 0.58 and 0.18 < share[(2, 2)] < 0.32  # 1/2 and 1/4: by occurrences, not words
-    assert substitute_words(sentences, tags, rate=0.0, rng=np.random.default_rng(0), budgets=wide) == kept
-    many = substitute_words(sentences * 300, tags * 300, rate=0.3, rng=np.random.default_rng(1), budgets=wide * 300)
-    changed = sum(a != b for s, k in zip(many, kept * 300) for a, b in zip(s, k))
-    assert 270 < changed < 360  # 0.3 x 3.5 expected changes (a draw may give the word itself back) x 300 = 315
-    # groups: donors from the sentence's own group only
-    for seed in range(50):
-        out = substitute_words(
-            sentences, tags, rate=1.0, rng=np.random.default_rng(seed), budgets=wide, groups=[0, 0, 1, 1]
-        )
-        assert out[1][0] in ([1], [4]) and out[0][1] in ([2, 2], [5]) and out[2][0] in ([6, 6, 6], [5])
-    # budgets count pieces: the second sentence (2 pieces) may take "6 6 6" for "5" within 4, not within 3
-    made: dict[int, set] = {3: set(), 4: set()}
-    for seed in range(60):
-        for limit, found in made.items():
-            budgets = [100, limit, 100, 100]
-            out = substitute_words(sentences, tags, rate=1.0, rng=np.random.default_rng(seed), budgets=budgets)
-            assert sum(map(len, out[1])) <= limit
-            found.add(tuple(map(tuple, out[1])))
-    assert ((4,), (6, 6, 6)) in made[4] and ((4,), (6, 6, 6)) not in made[3]
-
-
-def test_word_substitution_redraws_the_words_each_epoch_and_resumes_exactly(tmp_path, treebank):
-    """train.word_substitution on a parsing run: each epoch's draw replaces about the rate's share of the training
-    words by words of the same tag, the targets are the prepared ones and each sentence still reads as a tree over
-    its words; the draw is kept in RUN/subwords and made again when the rate changes; a stopped and resumed run
-    equals a straight one; the option changes what is learnt. Other tasks refuse it."""
-    from types import SimpleNamespace
-
-    from transduce.training.loop import check_setup
-
-    settings = {"word_substitution": 0.3, "max_steps": 24, "save_every": 8}
-    config = tiny_config(*treebank, valid_every=24, valid_max_sentences=3, **settings)
-    config = config.replace(model=dataclasses.replace(config.model, word_pointer=True, word_pointer_last=True))
-    task = prepare_run(config, tmp_path / "probe")
-    check_setup(task, config.train)
-    prepared, sp, vocab = task.data.splits["train"], task.data.tokenizer.sp, task.data.vocab
-    a, b, again = (task.sampled_corpus(seed=1, epoch=e) for e in (0, 1, 0))
-    assert np.array_equal(a.src.ids, again.src.ids) and not np.array_equal(a.src.ids, b.src.ids)
-    assert a.tgt is prepared.tgt  # the trees are the prepared ones
-    tags_of: dict[str, set[str]] = {}
-    for tree in trees.read_trees(treebank[0], normalized=True):
-        for word, tag in zip(trees.words(tree), trees.tags(tree)):
-            tags_of.setdefault(word, set()).add(tag)
-    changed = total = 0
-
-    def spelled(corpus, i):
-        starts = corpus.starts[i]
-        assert starts[-1] == len(corpus.src[i])
-        return sp.decode([corpus.src[i][x:y].tolist() for x, y in zip(starts[:-1], starts[1:])])
-
-    for i in range(len(prepared)):
-        new, old = spelled(a, i), spelled(prepared, i)
-        tree = trees.delinearize(vocab.decode(a.tgt[i]), new)
-        assert trees.words(tree) == new and len(new) == len(old)
-        for word, tag in zip(new, trees.tags(tree)):
-            assert tag in tags_of.get(word, {tag})  # a known word keeps a tag it has in the training trees
-        changed += sum(x != y for x, y in zip(new, old))
-        total += len(new)
-    assert 0.1 * total < changed < 0.35 * total
-
-    kept = task.epoch_corpus(seed=1, epoch=0)
-    assert all(np.array_equal(getattr(kept, f).ids, getattr(a, f).ids) for f in ("src", "starts"))
-    task.config = config.replace(train=dataclasses.replace(config.train, word_substitution=0.1))
-    redrawn = task.epoch_corpus(seed=1, epoch=0)  # another rate: drawn again
-    assert not np.array_equal(redrawn.src.ids, a.src.ids)
-    _resumes_exactly_and_keeps_its_draws(config, tmp_path, ("src", "starts"), word_substitution=0.0)
-
-    other = SimpleNamespace(name="translation", metrics={"loss": ("valid_loss", False)}, has_validation=True)
-    with pytest.raises(ConfigError, match="word_substitution applies to parsing runs, not to translation"):
-        check_setup(other, TrainConfig(word_substitution=0.1))
-    with pytest.raises(ConfigError, match=r"word_substitution must be in \[0, 1\)"):
-        TrainConfig(word_substitution=1.0)
-    with pytest.raises(ConfigError, match="word_substitution needs data.keep_tags = true"):
-        config.replace(data=dataclasses.replace(config.data, keep_tags=False))
-
-
 def test_extra_trees_marked_apart_through_every_draw(tmp_path, treebank):
     """data.mark_extra: the extra_train trees' sources begin with the <s> id (the word starts count it), data.train's
-    and validation's do not; each epoch's draw (subword sampling, word and subtree substitution) keeps the marker on
+    and validation's do not; each epoch's draw (subword sampling and subtree substitution) keeps the marker on
     exactly those trees, with trees over their words behind it; a run trains and parses unmarked input. Off, no
     source holds the id, and the data cache key is the one of runs made before the option."""
     import hashlib
@@ -942,7 +788,7 @@ def test_extra_trees_marked_apart_through_every_draw(tmp_path, treebank):
     from transduce.tasks import train
 
     extra = write_treebank(tmp_path / "extra.trees", 40, seed=7)
-    settings = {"subword_sampling": 0.2, "word_substitution": 0.2, "subtree_substitution": 0.5, "max_steps": 6}
+    settings = {"subword_sampling": 0.2, "subtree_substitution": 0.5, "max_steps": 6}
     config = tiny_config(*treebank, valid_every=6, valid_max_sentences=3, **settings)
     config = config.replace(
         data=dataclasses.replace(config.data, extra_train=(str(extra),), mark_extra=True),
@@ -1039,18 +885,16 @@ def test_a_parser_ensemble_scores_the_mean_of_its_members_probabilities(pointer_
     both = Parser.from_runs([run, other], device="cpu")
     words_ = "the big dog sees a cat near the river .".split()
     (source,), (starts,) = both._sources([words_])
-    last = both.model.config.word_pointer_last
-    constraint = both.constraint.for_sentences(
-        [len(words_)], [pointer_targets(starts, last=last).tolist()], span=both.span, tree=both.tree
-    )
+    bound = both.constraint.for_sentences([len(words_)], [pointer_targets(starts, last=both.last_piece).tolist()])
+    guide = PointerGuide(both.model, bound)
 
     def ensemble_log_prob(tokens: list[int]) -> float:
         per_member = torch.stack([_teacher_forced_token_log_probs(m, source, starts, tokens) for m in members])
         return float((torch.logsumexp(per_member, 0) - np.log(2)).sum())
 
-    (hyp,) = greedy_search(both.model, torch.tensor([source]), max_len_b=40, constraint=constraint)[0]
+    (hyp,) = greedy_search(guide, torch.tensor([source]), max_len_b=40, constraint=guide)[0]
     assert ensemble_log_prob(hyp.tokens) == pytest.approx(hyp.log_prob, abs=1e-3)
-    hyps = beam_search(both.model, torch.tensor([source]), beam=3, nbest=3, max_len_b=40, constraint=constraint)[0]
+    hyps = beam_search(guide, torch.tensor([source]), beam=3, nbest=3, max_len_b=40, constraint=guide)[0]
     assert len({tuple(h.tokens) for h in hyps}) == 3
     for h in hyps:
         assert ensemble_log_prob(h.tokens) == pytest.approx(h.log_prob, abs=1e-3)

@@ -67,18 +67,6 @@ def test_the_logits_workspace_runs_in_bf16_under_cpu_autocast():
     for a, b in zip(*grads):
         assert b.dtype == torch.float32  # master weights and their gradients stay float32
         assert torch.allclose(a, b, atol=5e-3, rtol=5e-2)
-    wide = cpu_speed.apply(Transformer(config), workspace_rows=50, float32_logits=True)  # train.fp32_logits
-    wide.load_state_dict(plain.state_dict())
-    with bf16_autocast():
-        logits = wide(src, tgt, torch.arange(18))
-    assert logits.dtype == torch.float32 and wide.output.workspace.dtype == torch.float32
-    loss, _ = label_smoothed_nll(logits, target, eps=0.1, pad_id=0, reuse_logits=True)
-    loss.backward()
-    plain.zero_grad()
-    label_smoothed_nll(plain(src, tgt, torch.arange(18)), target, eps=0.1, pad_id=0)[0].backward()  # float32
-    a, b = wide.output.weight.grad.flatten(), plain.output.weight.grad.flatten()
-    cosine = torch.nn.functional.cosine_similarity(a, b, dim=0)
-    assert cosine > 0.99
 
 
 def test_a_bf16_step_is_close_to_a_float32_step():
@@ -158,7 +146,7 @@ def test_parsing_with_every_pointer_trains_in_bf16_and_parses(tmp_path, native):
 
     train_trees, dev = write_treebank(tmp_path / "train.trees", 300, 0), write_treebank(tmp_path / "dev.trees", 30, 1)
     config = tiny_config(train_trees, dev, max_steps=40, valid_every=40, save_every=40, precision="bf16")
-    every = ("word_pointer", "word_pointer_output", "word_pointer_last", "span_pointer", "tree_position")
+    every = ("word_pointer", "word_pointer_output", "word_pointer_last")
     model = dataclasses.replace(config.model, **dict.fromkeys(every, True))
     train(config.replace(model=model), tmp_path / "run", quiet=True)
     records = _train_records(tmp_path / "run")

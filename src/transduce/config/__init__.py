@@ -25,7 +25,7 @@ from .loading import (
     task_config_class,
     task_name,
 )
-from .parsing import ParseDataConfig, ParseDecodeConfig, ParsingRunConfig
+from .parsing import ParseDataConfig, ParseDecodeConfig, ParserModelConfig, ParsingRunConfig
 from .sections import (
     MBR_UTILITIES,
     Config,
@@ -51,6 +51,7 @@ __all__ = [
     "ModelConfig",
     "ParseDataConfig",
     "ParseDecodeConfig",
+    "ParserModelConfig",
     "ParsingRunConfig",
     "TrainConfig",
     "apply_overrides",

@@ -1,5 +1,6 @@
-"""A parsing run's config (tasks/parsing.py trains it, decoding/parser.py decodes with it): the shared `model` and
-`train` sections, tree data, and parsing's `decode` section with the paper's §6.3 settings."""
+"""A parsing run's config (tasks/parsing.py trains it, decoding/parser.py decodes with it): parsing's `model` section
+(the shared one plus the word pointer), the shared `train` section, tree data, and parsing's `decode` section with
+the paper's §6.3 settings."""
 
 from __future__ import annotations
 
@@ -7,6 +8,33 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from .sections import ConfigError, DecodeConfig, ModelConfig, TrainConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParserModelConfig(ModelConfig):
+    """A parser's Transformer (model/pointer.py): the shared model section plus the word pointer (not in the paper).
+
+    With leaves that are tags only, the decoder has to count the leaves it wrote to know which word comes next; the
+    pointer gives each decoder input (a projection of) the encoder state of the next word to cover instead
+    (data/pointers.py says what it reads, docs/parsing.md why)."""
+
+    word_pointer: bool = False  # each decoder input also gets the encoder state of the next word
+    word_pointer_output: bool = False  # with word_pointer: that word's state is also added before the output layer
+    word_pointer_last: bool = False  # with word_pointer: the pointer reads the word's last piece as well as its first
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("word_pointer_output", "word_pointer_last"):
+            if getattr(self, name) and not self.word_pointer:
+                raise ConfigError(f"model.{name} needs model.word_pointer = true")
+
+    @property
+    def pointer_reads(self) -> list[str]:
+        """What the word pointer reads per decoder step, in the order of the word positions' last axis: "first" (the
+        next word's first piece), then "last" (its last piece, word_pointer_last). [] without the word pointer."""
+        if not self.word_pointer:
+            return []
+        return ["first"] + ["last"] * self.word_pointer_last
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,23 +104,23 @@ class ParseDecodeConfig(DecodeConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class ParsingRunConfig:
-    """A parsing run: the same Transformer (`model`, joint tied vocabulary), tree data, the shared `train` section
-    and parsing's `decode` section. `model.vocab_size` 0 is filled in from the pieces plus the target tokens."""
+    """A parsing run: the same Transformer with the word pointer (`model`, joint tied vocabulary), tree data, the
+    shared `train` section and parsing's `decode` section. `model.vocab_size` 0 is filled in from the pieces plus the
+    target tokens."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ParserModelConfig = field(default_factory=ParserModelConfig)
     data: ParseDataConfig = field(default_factory=ParseDataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: ParseDecodeConfig = field(default_factory=ParseDecodeConfig)
 
     def __post_init__(self) -> None:
+        if type(self.model) is ModelConfig:  # the shared section given as it is: a parser's, with no pointer
+            shared = {f.name: getattr(self.model, f.name) for f in dataclasses.fields(ModelConfig)}
+            object.__setattr__(self, "model", ParserModelConfig(**shared))
         if self.data.max_len >= self.model.max_len:
             raise ConfigError(
                 f"data.max_len ({self.data.max_len}) must be below model.max_len "
                 f"({self.model.max_len}): a sequence also needs EOS (source) or BOS (target)"
-            )
-        if self.train.word_substitution > 0 and not self.data.keep_tags:
-            raise ConfigError(
-                "train.word_substitution needs data.keep_tags = true: with XX preterminals every word has the same tag"
             )
 
     def to_dict(self) -> dict:

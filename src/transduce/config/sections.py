@@ -38,16 +38,8 @@ class ModelConfig:
     max_len: int = 1024  # the most positions a sequence may have, EOS or BOS included (the positional encodings' table)
     norm_first: bool = False  # False = the paper's post-LN: LayerNorm(x + Dropout(Sublayer(x)))
     positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
-    # the decoder's own: None = as `positional`; "none" = no positions at all (NoPE, Kazemnejad et al. 2023: the causal
-    # mask alone tells a decoder where it is); not in the paper
-    decoder_positional: str | None = None
     attention_window: int | None = None  # r of Table 1's restricted self-attention; None = full
     tie_embeddings: bool = True  # one matrix: encoder input, decoder input, pre-softmax projection (§3.4)
-    word_pointer: bool = False  # parsing only: each decoder input also gets the encoder state of the next word
-    word_pointer_output: bool = False  # with word_pointer: that word's state is also added before the output layer
-    word_pointer_last: bool = False  # with word_pointer: the pointer reads the word's last piece as well as its first
-    span_pointer: bool = False  # with word_pointer: also the first word of the innermost open constituent
-    tree_position: bool = False  # with word_pointer: also the depth and the label of the innermost open constituent
     pad_id: int = 0  # the padding token's id: a zero embedding row (padding_idx); padded positions are masked
     layer_norm_eps: float = 1e-5  # LayerNorm's eps, in sqrt(variance + eps) (torch's default; the paper does not say)
 
@@ -68,16 +60,8 @@ class ModelConfig:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.positional not in ("sinusoidal", "learned"):
             raise ConfigError(f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
-        if self.decoder_positional not in (None, "sinusoidal", "learned", "none"):
-            raise ConfigError(
-                "model.decoder_positional must be 'sinusoidal', 'learned' or 'none' (or unset: as model.positional), "
-                f"got {self.decoder_positional!r}"
-            )
         if self.attention_window is not None and self.attention_window < 0:
             raise ConfigError(f"model.attention_window must be >= 0, got {self.attention_window}")
-        for name in ("word_pointer_output", "word_pointer_last", "span_pointer", "tree_position"):
-            if getattr(self, name) and not self.word_pointer:
-                raise ConfigError(f"model.{name} needs model.word_pointer = true")
         if self.vocab_size and not 0 <= self.pad_id < self.vocab_size:
             raise ConfigError(f"model.pad_id ({self.pad_id}) must be a token id below vocab_size")
 
@@ -90,29 +74,8 @@ class ModelConfig:
         return self.n_layers if self.n_decoder_layers is None else self.n_decoder_layers
 
     @property
-    def decoder_positions(self) -> str:
-        """The decoder's positional encoding: "sinusoidal", "learned" or "none"."""
-        return self.positional if self.decoder_positional is None else self.decoder_positional
-
-    @property
     def d_k(self) -> int:
         return self.d_model // self.n_heads
-
-    @property
-    def pointer_reads(self) -> list[str]:
-        """What the word pointer reads per decoder step, in the order of `word_pos`'s last axis: "first" (the next
-        word's first piece), then "last" (its last piece, word_pointer_last), then "span" (the first piece of the
-        innermost open constituent's first word, span_pointer): source positions; then "depth" and "parent" (the
-        open constituents, and the token id of the innermost one's "(LABEL", tree_position): looked up in tables,
-        not in the source. [] without the word pointer."""
-        if not self.word_pointer:
-            return []
-        return (
-            ["first"]
-            + ["last"] * self.word_pointer_last
-            + ["span"] * self.span_pointer
-            + ["depth", "parent"] * self.tree_position
-        )
 
     @classmethod
     def base(cls, *, vocab_size: int, **overrides) -> ModelConfig:
@@ -201,8 +164,6 @@ class TrainConfig:
     # one; Kudo 2018, Provilkov et al. 2020)
     subtree_substitution: float = 0.0  # parsing: the share of training trees in which, each epoch, one constituent is
     # replaced by one of the same label from a training tree (its words and its subtree; Shi et al. 2021, "SUB2")
-    word_substitution: float = 0.0  # parsing: the share of training words that, each epoch, are replaced by a training
-    # word of the same POS tag (the tree unchanged)
     log_every: int = 50  # log the training loss and speed every this many updates
     max_minutes: float = 0.0  # stop (and save) after this much wall-clock time; 0 = no limit
     max_epochs: int = 0  # stop after this many passes over the training data; 0 = no limit
@@ -221,7 +182,6 @@ class TrainConfig:
     # (training/precision.py; the pick is logged and kept on resume), else float32; "bf16": bf16 autocast, on CPU only
     # where it is native; "fp32": never autocast
     precision: str = "auto"
-    fp32_logits: bool = False  # CPU bf16: keep the pre-softmax projection and the loss in float32 (1.84x, not 2.66x)
 
     def __post_init__(self) -> None:
         if self.lr_schedule not in ("noam", "inverse_sqrt", "constant", "linear"):
@@ -257,8 +217,6 @@ class TrainConfig:
             raise ConfigError(f"train.subword_sampling must be in [0, 1), got {self.subword_sampling}")
         if not 0.0 <= self.subtree_substitution <= 1.0:
             raise ConfigError(f"train.subtree_substitution must be in [0, 1], got {self.subtree_substitution}")
-        if not 0.0 <= self.word_substitution < 1.0:
-            raise ConfigError(f"train.word_substitution must be in [0, 1), got {self.word_substitution}")
         if self.lr_clock and (self.lr_schedule != "linear" or self.max_minutes <= 0):
             raise ConfigError(
                 "train.lr_clock needs train.lr_schedule = 'linear' and a train.max_minutes budget to decay over, "

@@ -1,4 +1,4 @@
-"""Training-data augmentation for the parser (train.subtree_substitution, train.word_substitution): pure functions
+"""Training-data augmentation for the parser (train.subtree_substitution): pure functions
 on encoded trees, drawn from a numpy generator that the task seeds per epoch (tasks/parsing.py)."""
 
 from __future__ import annotations
@@ -67,40 +67,3 @@ def substitute_subtrees(
         if len(target) <= max_len and sum(len(pieces) for pieces in sentence) <= budget:
             out_sentences[i], out_targets[i] = sentence, target
     return out_sentences, out_targets
-
-
-def substitute_words(
-    sentences: Sequence[Sequence[list[int]]],
-    tags: Sequence[np.ndarray],
-    *,
-    rate: float,
-    rng: np.random.Generator,
-    budgets: Sequence[int],
-    groups: Sequence[int] | None = None,
-) -> list[list[list[int]]]:
-    """Same-tag word substitution (the preterminal case of Shi et al. 2021's substitution): each word, with
-    probability `rate`, is replaced by a word of the same POS tag drawn from all the training words (as often as
-    they occur), so the tree stays as it was. `sentences`: each tree's words as their source pieces; `tags`: each
-    word's tag id, one array per sentence. A sentence whose pieces would exceed its budget (`budgets`) keeps its
-    words. `groups`: each sentence's treebank (data.mark_extra); donors then come from the word's own group only.
-    Returns new lists (the inputs are not changed)."""
-    where = [(i, k) for i, sentence_tags in enumerate(tags) for k in range(len(sentence_tags))]
-    if not where:
-        return [list(sentence) for sentence in sentences]
-    flat = np.concatenate([np.asarray(t, dtype=np.int64) for t in tags])
-    if groups is not None:  # one key per (tag, group)
-        flat = flat * (max(groups) + 1) + np.repeat(np.asarray(groups, dtype=np.int64), [len(t) for t in tags])
-    order = np.argsort(flat, kind="stable")  # the words grouped by tag, so that a donor is one index into a group
-    first = np.searchsorted(flat[order], flat, side="left")
-    size = np.searchsorted(flat[order], flat, side="right") - first
-    chosen = np.flatnonzero(rng.random(len(flat)) < rate)
-    donors = order[first[chosen] + (rng.random(len(chosen)) * size[chosen]).astype(np.int64)]
-    out = [list(sentence) for sentence in sentences]
-    for at, donor in zip(chosen.tolist(), donors.tolist()):
-        i, k = where[at]
-        d, j = where[donor]
-        out[i][k] = sentences[d][j]
-    for i, sentence in enumerate(out):
-        if sum(len(pieces) for pieces in sentence) > budgets[i]:
-            out[i] = list(sentences[i])
-    return out

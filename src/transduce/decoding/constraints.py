@@ -24,11 +24,7 @@ allowed when it keeps the output a prefix of one tree over exactly the row's n w
 
 The constraint also knows, per row, which word comes next (`used`): bound with the source positions of the words
 (`for_sentences(n_words, word_starts)`), `pointer(state)` gives the source position of the next word to cover, which
-a model with the word pointer (model.word_pointer) adds to its decoder input. Bound with `span=True` (for a model
-with model.span_pointer), it also keeps a stack of the word at which each open constituent started, and the pointer
-adds the position of the innermost one's first word (the source EOS at depth 0). Bound with `tree=True` (for a model
-with model.tree_position), it keeps a stack of the open constituents' "(LABEL" ids, and the pointer adds two columns
-that are not source positions: the depth, and the innermost open constituent's "(LABEL" id (0, PAD, at depth 0).
+a model with the word pointer (model.word_pointer, model/pointer.py) adds to its decoder input.
 
 Axis legend: B sentences, N decoder rows (B * beam), V vocabulary, W most words in the batch.
 """
@@ -47,7 +43,7 @@ from ..data.kinds import CLOSE, EOS, LEAF, OPEN, OTHER, ROOT_OPEN
 
 @dataclass(frozen=True)
 class TreeState:
-    """The constraint's state for N decoder rows; every field is (N,) but word_starts and open_starts."""
+    """The constraint's state for N decoder rows; every field is (N,) but word_starts."""
 
     n_words: Tensor  # words of the row's sentence
     max_len: Tensor  # most output tokens, EOS included
@@ -60,10 +56,6 @@ class TreeState:
     word_starts: Tensor  # (N, W + 1) source position of each word, then of EOS ((N, W + 1, 2): first and last piece)
     # or (N, 1) zeros when not bound
     open_run: Tensor  # brackets opened in a row since the last leaf or ")"
-    open_starts: Tensor  # (N, most tokens) the word each open constituent starts at, outermost first (bound with
-    # span=True); (N, 1) zeros otherwise
-    open_labels: Tensor  # (N, most tokens) the "(LABEL" id of each open constituent, outermost first (bound with
-    # tree=True); (N, 1) zeros otherwise
 
 
 def min_output_length(n_words: int) -> int:
@@ -84,8 +76,6 @@ class TreeConstraint:
     n_words: Tensor | None = None  # (B,) set by for_sentences
     word_starts: Tensor | None = None  # (B, W + 1) or (B, W + 1, 2), set by for_sentences for a word-pointer model
     max_open_run: int | None = None  # most "(LABEL" in a row; None: no bound
-    span: bool = False  # set by for_sentences: the pointer also reads the innermost open constituent's first word
-    tree: bool = False  # set by for_sentences: the pointer also gives the depth and the innermost open label
     has_root: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -121,17 +111,11 @@ class TreeConstraint:
         self,
         n_words: Tensor | Sequence[int],
         word_starts: Tensor | Sequence[Sequence[int]] | None = None,
-        *,
-        span: bool = False,
-        tree: bool = False,
     ) -> TreeConstraint:
         """This constraint for a batch whose sentences have `n_words` (B,) words each. `word_starts` (for a model
         with the word pointer): per sentence, the source position of each word's first piece and then the position
         of the source EOS (n + 1 values), as a (B, W + 1) tensor or lists (padded here by repeating the last); or
-        (first piece, last piece) pairs, (B, W + 1, 2), for a model with model.word_pointer_last. `span` (a model
-        with model.span_pointer, needs `word_starts`): the pointer also gives the first piece of the first word of
-        each row's innermost open constituent. `tree` (a model with model.tree_position, needs `word_starts`): the
-        pointer also gives each row's depth and the "(LABEL" id of its innermost open constituent."""
+        (first piece, last piece) pairs, (B, W + 1, 2), for a model with model.word_pointer_last."""
         n = torch.as_tensor(n_words, dtype=torch.long)
         if word_starts is not None and not torch.is_tensor(word_starts):
             rows = [list(r) for r in word_starts]
@@ -143,11 +127,7 @@ class TreeConstraint:
                 raise ValueError(f"word_starts must be (B, W + 1) or (B, W + 1, 2), got {tuple(word_starts.shape)}")
             if word_starts.size(0) != n.numel() or bool((word_starts.size(1) < n + 1).any()):
                 raise ValueError("word_starts needs n_words + 1 positions per sentence")
-        if span and word_starts is None:
-            raise ValueError("span=True needs the word starts")
-        if tree and word_starts is None:
-            raise ValueError("tree=True needs the word starts")
-        return replace(self, n_words=n, word_starts=word_starts, span=span, tree=tree)
+        return replace(self, n_words=n, word_starts=word_starts)
 
     def start(self, max_len: Tensor) -> TreeState:
         """The state before the first token, one row per sentence. `max_len` (B,): most output tokens, EOS included
@@ -170,38 +150,18 @@ class TreeConstraint:
         if self.kinds.device != device:
             object.__setattr__(self, "kinds", self.kinds.to(device))  # once per search, not per step
         starts = zeros.view(-1, 1) if self.word_starts is None else self.word_starts.to(device)
-        # depth never exceeds the tokens emitted, so a stack as wide as the longest output holds every open start
-        width = int(max_len.max()) if (self.span or self.tree) and n.numel() else 1
-        stack = zeros.view(-1, 1).expand(-1, width if self.span else 1).contiguous()
-        labels = zeros.view(-1, 1).expand(-1, width if self.tree else 1).contiguous()
-        return TreeState(n, max_len.long(), zeros, zeros, zeros, false, false, false, starts, zeros, stack, labels)
+        return TreeState(n, max_len.long(), zeros, zeros, zeros, false, false, false, starts, zeros)
 
     def pointer(self, state: TreeState) -> Tensor | None:
         """(N,) the source position of the next word each row has to cover (the source EOS once every word is
-        used), (N, 2) when bound with (first, last) pairs; None when bound without word positions. Bound with
-        `span`, one more column: the first piece of the innermost open constituent's first word (EOS at depth 0).
-        Bound with `tree`, two more last: the depth and the innermost open constituent's "(LABEL" id (0 at depth
-        0)."""
+        used), (N, 2) when bound with (first, last) pairs; None when bound without word positions."""
         if self.word_starts is None:
             return None
         starts = state.word_starts  # (N, W + 1) or (N, W + 1, 2)
         used = state.used.clamp(max=starts.size(1) - 1)  # rows of a -inf beam may run past the words
         pair = starts.shape[2:]  # () or (2,)
         index = used.view(-1, 1, *(1 for _ in pair)).expand(-1, 1, *pair)
-        nxt = starts.gather(1, index).squeeze(1)  # (N,) or (N, 2)
-        if not self.span and not self.tree:
-            return nxt
-        columns = [nxt.view(nxt.size(0), -1)]
-        inside = state.depth.gt(0)
-        if self.span:
-            top = _top(state.open_starts, state.depth)
-            word = torch.where(inside, top, state.n_words).clamp(max=starts.size(1) - 1)
-            firsts = starts if not pair else starts[..., 0]  # (N, W + 1): each word's first piece
-            columns.append(firsts.gather(1, word.view(-1, 1)))  # (N, 1)
-        if self.tree:
-            label = torch.where(inside, _top(state.open_labels, state.depth), torch.zeros_like(state.depth))
-            columns += [state.depth.view(-1, 1), label.view(-1, 1)]
-        return torch.cat(columns, dim=1)
+        return starts.gather(1, index).squeeze(1)  # (N,) or (N, 2)
 
     def allowed(self, state: TreeState) -> Tensor:
         """(N, V) bool: the tokens each row may emit next."""
@@ -231,11 +191,6 @@ class TreeConstraint:
         closes = kind.eq(CLOSE)
         leaf = kind.eq(LEAF)
         depth = state.depth + opens.long() - closes.long()
-        stack, labels = state.open_starts, state.open_labels
-        if self.span:  # an open pushes the word its constituent starts at: the next one to cover
-            stack = _push(stack, state.depth, opens, state.used)
-        if self.tree:  # and its "(LABEL" id
-            labels = _push(labels, state.depth, opens, tokens)
         return replace(
             state,
             length=state.length + 1,
@@ -245,8 +200,6 @@ class TreeConstraint:
             closed=state.closed | (closes & depth.eq(0)),
             ended=state.ended | kind.eq(EOS),
             open_run=torch.where(opens, state.open_run + 1, torch.zeros_like(state.open_run)),
-            open_starts=stack,
-            open_labels=labels,
         )
 
     def reorder(self, state: TreeState, index: Tensor) -> TreeState:
@@ -256,14 +209,3 @@ class TreeConstraint:
     def select(self, state: TreeState, index: Tensor) -> TreeState:
         """Rows `index` of the state (sentences kept, beam expansion; mirrors the cache's select)."""
         return self.reorder(state, index)
-
-
-def _top(stack: Tensor, depth: Tensor) -> Tensor:
-    """(N,) the innermost entry of each row's stack (N, width) of `depth` (N,) entries (row 0's value at depth 0)."""
-    return stack.gather(1, (depth - 1).clamp(0, stack.size(1) - 1).view(-1, 1)).squeeze(1)
-
-
-def _push(stack: Tensor, depth: Tensor, push: Tensor, values: Tensor) -> Tensor:
-    """`stack` with `values` (N,) written at slot `depth` in the rows where `push` (N, bool)."""
-    slot = depth.clamp(0, stack.size(1) - 1).view(-1, 1)  # a -inf beam's row may take any token
-    return stack.scatter(1, slot, torch.where(push.view(-1, 1), values.view(-1, 1), stack.gather(1, slot)))

@@ -5,14 +5,14 @@ At each step the next-token distribution is the mean of the members' distributio
 ...), as in fairseq's and OpenNMT's ensembles; its log is handed to the search, so greedy and beam search, the length
 penalty and n-best work unchanged. Each member keeps its own encoder output and cache; beam search reorders and
 selects them together. The members must share the tokenizer (the same SentencePiece model), the vocabulary and the
-languages: models trained from the same data with different seeds, or checkpoints of one run. Parsing models with
-the word pointer may be ensembled when they all read the same source positions (`ModelConfig.pointer_reads`): the tree
-constraint then gives every member the same positions at each step.
+languages: models trained from the same data with different seeds, or checkpoints of one run (decoding/parser.py
+checks what else parsers must share).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -46,7 +46,7 @@ class Ensemble(nn.Module):
     """The decoding interface of a Transformer (encode, start_decoding, decode_step, pad_mask, config) over several
     Transformers. `decode_step` returns log of the mean probability, which log_softmax leaves unchanged."""
 
-    def __init__(self, members: list[Transformer]) -> None:
+    def __init__(self, members: Sequence[Transformer]) -> None:
         super().__init__()
         if len(members) < 2:
             raise ValueError("an ensemble needs at least two models")
@@ -54,12 +54,6 @@ class Ensemble(nn.Module):
         for c in (m.config for m in members[1:]):
             if (c.vocab_size, c.pad_id) != (first.vocab_size, first.pad_id):
                 raise ValueError(f"ensemble members differ in vocabulary: {c.vocab_size} and {first.vocab_size} pieces")
-        reads = {tuple(m.config.pointer_reads) for m in members}
-        if len(reads) > 1:
-            raise ValueError(
-                "ensemble members read different source positions with their word pointers: "
-                + " and ".join(sorted("+".join(r) or "none" for r in reads))
-            )
         self.members = nn.ModuleList(members)
         # positions: the shortest member's limit bounds the ensemble's
         self.config = min((m.config for m in members), key=lambda c: c.max_len)
@@ -74,12 +68,9 @@ class Ensemble(nn.Module):
         pairs = zip(self.members, memories)
         return EnsembleCache([cast(Transformer, m).start_decoding(x, src_pad_mask) for m, x in pairs])
 
-    def decode_step(self, tokens: Tensor, cache: EnsembleCache, word_pos: Tensor | None = None) -> Tensor:
+    def decode_step(self, tokens: Tensor, cache: EnsembleCache) -> Tensor:
         members = cast(list[Transformer], list(self.members))
         lprobs = torch.stack(
-            [
-                torch.log_softmax(m.decode_step(tokens, c, word_pos=word_pos).float(), dim=-1)
-                for m, c in zip(members, cache.caches)
-            ]
-        )  # (M, B, V): word_pos (parsing) is the same for every member
+            [torch.log_softmax(m.decode_step(tokens, c).float(), dim=-1) for m, c in zip(members, cache.caches)]
+        )  # (M, B, V)
         return torch.logsumexp(lprobs, dim=0) - math.log(len(self.members))  # (B, V)

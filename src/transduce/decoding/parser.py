@@ -1,8 +1,8 @@
 """`Parser`: words in, trees out, in input order (the parsing predictor, as translator.py is translation's).
 
 Decoding is batched beam search restricted by `constraints.TreeConstraint`, so every output is one well-formed tree
-whose leaves are exactly the input words (no repair step, no excluded sentence); a model with the word, span or tree
-pointer gets the constraint's reads (data/pointers.py) at every step.
+whose leaves are exactly the input words (no repair step, no excluded sentence); a model with the word pointer
+(model/pointer.py) gets, at every step, the next word of each row as the constraint counts them (`PointerGuide`).
 """
 
 from __future__ import annotations
@@ -10,29 +10,37 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..config import ConfigError, ModelConfig, ParseDecodeConfig, ParsingRunConfig, config_from_dict, read_config_dict
+from ..config import (
+    ConfigError,
+    ParseDecodeConfig,
+    ParserModelConfig,
+    ParsingRunConfig,
+    config_from_dict,
+    read_config_dict,
+)
 from ..data.pointers import pointer_targets, word_positions
 from ..data.text import DataError
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ..data.treebank import TARGET_VOCAB, TargetVocab, encode_words
 from ..data.trees import Tree, delinearize, escape_word, linearize, normalize, parse_tree, to_string
 from ..device import pick_device
-from ..model import Transformer
+from ..model import PointerTransformer
+from ..model.pointer import PointerCache
 from ..training.checkpoint import find_weights, load_weights
-from .constraints import LEAF
-from .ensemble import Ensemble
+from .constraints import LEAF, TreeConstraint, TreeState
+from .ensemble import Ensemble, EnsembleCache
 from .search import beam_search, greedy_search
 from .translator import AttentionMaps
 
 
-def _load_model(config: ModelConfig, weights: Path, device: str) -> Transformer:
-    model = Transformer(config)
+def _load_model(config: ParserModelConfig, weights: Path, device: str) -> PointerTransformer:
+    model = PointerTransformer(config)
     load_weights(model, weights)
     return model.to(pick_device(device)).eval()
 
@@ -53,7 +61,7 @@ class Parser:
 
     def __init__(
         self,
-        model: Transformer | Ensemble,
+        model: PointerTransformer | Ensemble,
         tokenizer: Tokenizer,
         vocab: TargetVocab,
         *,
@@ -68,9 +76,9 @@ class Parser:
         self.model, self.tokenizer, self.vocab = model, tokenizer, vocab
         self.decode = decode or ParseDecodeConfig()
         self.constraint = vocab.constraint(self.decode.max_open_run or None)
-        self.leaves = self.constraint.kinds.eq(LEAF).numpy() if model.config.word_pointer else None
-        self.span, self.tree = model.config.span_pointer, model.config.tree_position
-        self.kinds = self.constraint.kinds.numpy() if self.span or self.tree else None
+        pointer = cast(ParserModelConfig, model.config)
+        self.leaves = self.constraint.kinds.eq(LEAF).numpy() if pointer.word_pointer else None
+        self.last_piece = pointer.word_pointer_last  # the pointer also reads each word's last piece
 
     @classmethod
     def from_run(cls, path: str | Path, *, device: str = "auto") -> Parser:
@@ -204,13 +212,13 @@ class Parser:
         src = torch.full((len(sources), max(map(len, sources))), PAD_ID, dtype=torch.long)
         for row, ids in enumerate(sources):
             src[row, : len(ids)] = torch.tensor(ids)
-        last = self.model.config.word_pointer_last
-        constraint = self.constraint.for_sentences(
+        constraint: Any = self.constraint.for_sentences(
             [len(s) for s in sentences],
-            [pointer_targets(s, last=last).tolist() for s in starts] if self.leaves is not None else None,
-            span=self.span,
-            tree=self.tree,
+            [pointer_targets(s, last=self.last_piece).tolist() for s in starts] if self.leaves is not None else None,
         )
+        model: Any = self.model
+        if self.leaves is not None:  # the pointer reads the constraint's count of words: one object plays both
+            model = constraint = PointerGuide(self.model, constraint)
         options: dict[str, Any] = {
             "max_len_a": d.max_len_a,
             "max_len_b": d.max_len_b,
@@ -219,11 +227,7 @@ class Parser:
             "constraint": constraint,
         }
         src = src.to(self.device)
-        found = (
-            greedy_search(self.model, src, **options)
-            if beam == 1
-            else beam_search(self.model, src, beam=beam, **options)
-        )
+        found = greedy_search(model, src, **options) if beam == 1 else beam_search(model, src, beam=beam, **options)
         trees = []
         for words_, hyps in zip(sentences, found):
             if not hyps:  # the constraint always leaves a way to finish: this would be a bug, not a user error
@@ -253,11 +257,8 @@ class Parser:
         self.model.eval()
         word_pos = None
         if self.leaves is not None:
-            last = self.model.config.word_pointer_last
             ids = np.asarray(tgt_ids, dtype=np.int64)
-            pos = word_positions(
-                np.asarray(starts), ids, self.leaves, last=last, kinds=self.kinds, span=self.span, tree=self.tree
-            )
+            pos = word_positions(np.asarray(starts), ids, self.leaves, last=self.last_piece)
             word_pos = torch.from_numpy(pos).unsqueeze(0).to(self.device)
         with self.model.recording_attention():
             self.model(
@@ -274,3 +275,50 @@ class Parser:
             decoder=stack([layer.self_attn for layer in self.model.decoder.layers]),
             cross=stack([layer.cross_attn for layer in self.model.decoder.layers]),
         )
+
+
+class PointerGuide:
+    """One constrained search over a parser with the word pointer, to which it is both the model and the tree
+    constraint (decoding/search.py knows neither pointers nor trees). As the constraint, it passes every call on and
+    keeps the newest state it returned: the search replaces its state with each one, so that is the state of the rows
+    about to be decoded. As the model, before each step it writes what the pointer reads there (the next word of each
+    row, TreeConstraint.pointer) into the model's cache, every member's for an ensemble, then steps the model."""
+
+    def __init__(self, model: PointerTransformer | Ensemble, constraint: TreeConstraint) -> None:
+        self.model, self.constraint, self.config = model, constraint, model.config
+        self.state: TreeState | None = None
+
+    def encode(self, src: torch.Tensor) -> Any:
+        return self.model.encode(src)
+
+    def pad_mask(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.pad_mask(tokens)
+
+    def start_decoding(self, memory: Any, src_pad_mask: torch.Tensor) -> Any:
+        return self.model.start_decoding(memory, src_pad_mask)
+
+    def decode_step(self, tokens: torch.Tensor, cache: Any) -> torch.Tensor:
+        assert self.state is not None, "the search starts the constraint before its first step"
+        pointer = self.constraint.pointer(self.state)
+        for member in cache.caches if isinstance(cache, EnsembleCache) else [cache]:
+            cast(PointerCache, member).word_pos = pointer
+        return self.model.decode_step(tokens, cache)
+
+    def _keep(self, state: TreeState) -> TreeState:
+        self.state = state
+        return state
+
+    def start(self, max_len: torch.Tensor) -> TreeState:
+        return self._keep(self.constraint.start(max_len))
+
+    def allowed(self, state: TreeState) -> torch.Tensor:
+        return self.constraint.allowed(state)
+
+    def advance(self, state: TreeState, tokens: torch.Tensor) -> TreeState:
+        return self._keep(self.constraint.advance(state, tokens))
+
+    def reorder(self, state: TreeState, index: torch.Tensor) -> TreeState:
+        return self._keep(self.constraint.reorder(state, index))
+
+    def select(self, state: TreeState, index: torch.Tensor) -> TreeState:
+        return self._keep(self.constraint.select(state, index))

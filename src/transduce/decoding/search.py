@@ -58,7 +58,7 @@ def greedy_search(
     constraint=None,
 ) -> list[list[Hypothesis]]:
     """Argmax at every step until EOS (or the maximum length). Returns one hypothesis per sentence.
-    `constraint` (optional, e.g. decoding.constraints.TreeConstraint) limits the tokens each row may emit.
+    `constraint` (optional, decoding/constraints.py) limits the tokens each row may emit.
 
     Its score means what a beam hypothesis's score means: log P(Y | X) / lp(Y), |Y| counting EOS (the penalty
     does not change which tokens greedy picks, only the reported score)."""
@@ -71,7 +71,7 @@ def greedy_search(
     done = torch.zeros(batch, dtype=torch.bool, device=src.device)
     cstate = constraint.start(max_len) if constraint is not None else None
     for t in range(int(max_len.max())):
-        lprobs = torch.log_softmax(_step(model, tokens[:, -1], cache, constraint, cstate).float(), dim=-1)  # (B, V)
+        lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (B, V)
         lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
         lprobs = _force_eos(lprobs, max_len.eq(t + 1))  # the last allowed position must be EOS
         if constraint is not None:
@@ -110,7 +110,7 @@ def beam_search(
     patience: float = 0.0,
 ) -> list[list[Hypothesis]]:
     """Batched beam search: per sentence, its `nbest` best finished hypotheses, best first. `constraint` (optional,
-    e.g. decoding.constraints.TreeConstraint) limits the tokens each row may emit; its state follows the cache.
+    decoding/constraints.py) limits the tokens each row may emit; its state follows the cache.
     `patience` > 0 also ends a sentence once beam x patience hypotheses have finished (DecodeConfig.patience)."""
     device, batch, k = src.device, src.size(0), beam
     cache = model.start_decoding(model.encode(src), model.pad_mask(src))
@@ -127,7 +127,7 @@ def beam_search(
     among_k = torch.arange(2 * k, device=device).lt(k)  # (2k,) the k best of the 2k candidates
 
     for t in range(int(max_len.max())):
-        lprobs = torch.log_softmax(_step(model, tokens[:, -1], cache, constraint, rows.state).float(), dim=-1)
+        lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (N, V)
         lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
         lprobs = rows.mask(_force_eos(lprobs, max_len[sent].eq(t + 1).repeat_interleave(k)))  # last position: EOS
         top_score, token, origin = _candidates(scores, lprobs, k)  # (B, 2k) each
@@ -167,14 +167,6 @@ def _stops(kept: _Finished, scores: Tensor, max_len: Tensor, t: int, *, nbest: i
     if patience > 0:
         done |= kept.count.ge(scores.size(1) * patience)
     return done
-
-
-def _step(model, tokens: Tensor, cache, constraint, state) -> Tensor:
-    """The model's next-token logits; a constraint that knows the words' positions also passes the next word's."""
-    pointer = constraint.pointer(state) if constraint is not None else None
-    if pointer is None:
-        return model.decode_step(tokens, cache)
-    return model.decode_step(tokens, cache, word_pos=pointer)
 
 
 def _candidates(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:

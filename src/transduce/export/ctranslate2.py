@@ -102,10 +102,6 @@ def check_exportable(config: ModelConfig, tokenizer: Tokenizer) -> None:
             f"{config.encoder_layers} encoder and {config.decoder_layers} decoder layers: "
             "CTranslate2 needs at least one layer in each stack"
         )
-    if config.decoder_positions == "none":
-        problems.append("model.decoder_positional = 'none': CTranslate2's decoder always adds a position table")
-    if config.word_pointer:
-        problems.append("model.word_pointer (a parsing model): CTranslate2 has no decoder input from the encoder")
     if config.pad_id != PAD_ID:
         problems.append(f"model.pad_id = {config.pad_id}: the exported vocabulary puts PAD at {PAD_ID}")
     if tokenizer.vocab_size != config.vocab_size:

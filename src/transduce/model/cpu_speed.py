@@ -37,10 +37,10 @@ from .transformer import Transformer
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3) parameters, from <malloc.h>
 
 
-def apply(model: nn.Module, *, workspace_rows: int, float32_logits: bool = False) -> nn.Module:
+def apply(model: nn.Module, *, workspace_rows: int) -> nn.Module:
     """Every measure, on a model about to be trained on CPU: its dropout modules become `BitDropout`, a
     Transformer's output projection a `WorkspaceLinear` reserved for `workspace_rows` rows, and glibc keeps freed
-    memory. `float32_logits`: the projection and the loss stay float32 under bfloat16 autocast. Returns the model
+    memory. Returns the model
     (changed in place; parameters and state_dict keys are unchanged)."""
     for module in list(model.modules()):
         for name, child in module.named_children():
@@ -49,7 +49,7 @@ def apply(model: nn.Module, *, workspace_rows: int, float32_logits: bool = False
     if isinstance(model, Transformer):
         weight = model.output.weight
         assert isinstance(weight, nn.Parameter), "the output projection's weight is a model parameter"
-        model.output = WorkspaceLinear(weight, rows=workspace_rows, float32=float32_logits)
+        model.output = WorkspaceLinear(weight, rows=workspace_rows)
     keep_freed_memory()
     return model
 
@@ -124,9 +124,8 @@ class _ProjectIntoWorkspace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: Tensor, weight: Tensor, owner: WorkspaceLinear) -> Tensor:
-        # under CPU autocast (train.precision = "bf16") the product runs in its dtype, as F.linear's would, unless
-        # the owner keeps the logits in float32 (train.fp32_logits)
-        dtype = torch.float32 if owner.float32 else (cpu_autocast_dtype() or h.dtype)
+        # under CPU autocast (train.precision = "bf16") the product runs in its dtype, as F.linear's would
+        dtype = cpu_autocast_dtype() or h.dtype
         ctx.dtypes = (h.dtype, weight.dtype)  # the gradients go back in the inputs' own dtypes
         h, cast = h.to(dtype), weight.to(dtype)
         n, vocab = h.size(0), weight.size(0)
@@ -150,11 +149,10 @@ class WorkspaceLinear(nn.Module):
     consume them before the next forward (the training loop does). Decoding and evaluation (no gradient, or not
     2-D, or not on CPU) take the ordinary path. The weight is the model's own Parameter (tied or not)."""
 
-    def __init__(self, weight: nn.Parameter, *, rows: int, float32: bool = False) -> None:
+    def __init__(self, weight: nn.Parameter, *, rows: int) -> None:
         super().__init__()
         self.weight = weight
         self.rows = rows  # reserved when the workspace is first made (the loop's max_tokens bounds N)
-        self.float32 = float32  # float32 logits even under bfloat16 autocast
         self.workspace: Tensor | None = None
 
     def forward(self, h: Tensor) -> Tensor:

@@ -1,4 +1,3 @@
-# Over 500 lines on purpose: the whole model in the paper's order in one readable file (DESIGN, style 1).
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), in the paper's order (§3.2.1 -> §3.5).
 
 Axis legend used in the shape comments:
@@ -10,12 +9,8 @@ of `torch.nn.functional.scaled_dot_product_attention` (True = may attend) in exa
 
 Departures from the paper, all named: LayerNorm eps is 1e-5 and divides by sqrt(variance + eps) (the paper does not
 say); `norm_first=True` gives the pre-LN variant with a final LayerNorm per stack; `attention_dropout` and
-`activation_dropout` (default 0), learned positions and a decoder without positions (`decoder_positional = "none"`)
-are options; `word_pointer` (parsing, not in the paper) adds to each decoder input a projection of the encoder state
-of the next word the output has to cover (and with `span_pointer` of the first word of the innermost open
-constituent, with `tree_position` embeddings of the open constituents' depth and of the innermost one's label);
-padded query rows of a restricted (windowed) self-attention attend to themselves so that no softmax row is empty
-(their outputs are never read).
+`activation_dropout` (default 0) and learned positions are options; padded query rows of a restricted (windowed)
+self-attention attend to themselves so that no softmax row is empty (their outputs are never read).
 """
 
 from __future__ import annotations
@@ -30,8 +25,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
-
-TREE_DEPTHS = 64  # rows of model.tree_position's depth table; deeper reads the last (GUM and WSJ trees: at most 33)
 
 
 # §3.5 Positional encoding ------------------------------------------------------------------------------------------
@@ -255,18 +248,17 @@ class DecoderLayer(nn.Module):
 
 
 class Embedding(nn.Module):
-    """§3.4-§3.5: Dropout(token embedding * sqrt(d_model) + positional encoding). `positional` ("sinusoidal",
-    "learned" or "none": no positions) defaults to model.positional."""
+    """§3.4-§3.5: Dropout(token embedding * sqrt(d_model) + positional encoding), the encoding sinusoidal or learned
+    (model.positional)."""
 
     pe: Tensor  # the sinusoidal table (max_len, D), a buffer, when the positions are sinusoidal
 
-    def __init__(self, config: ModelConfig, tokens: nn.Embedding, positional: str | None = None) -> None:
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding) -> None:
         super().__init__()
         self.tokens, self.scale = tokens, math.sqrt(config.d_model)
-        self.positional = config.positional if positional is None else positional
-        if self.positional == "learned":
+        if config.positional == "learned":
             self.learned = nn.Embedding(config.max_len, config.d_model)
-        elif self.positional == "sinusoidal":
+        else:
             self.register_buffer("pe", sinusoidal_encoding(config.max_len, config.d_model), persistent=False)
         self.dropout = nn.Dropout(config.dropout)
         self.max_len = config.max_len
@@ -275,8 +267,6 @@ class Embedding(nn.Module):
         length = tokens.size(1)
         if offset + length > self.max_len:
             raise ValueError(f"sequence of length {offset + length} exceeds model.max_len={self.max_len}")
-        if self.positional == "none":
-            return self.dropout(self.tokens(tokens) * self.scale)  # (B, L, D)
         if hasattr(self, "learned"):
             positions = self.learned.weight[offset : offset + length]  # (L, D)
         else:
@@ -319,7 +309,6 @@ class DecoderCache:
     src_pad_mask: Tensor  # (B, S)
     cross_mask: Tensor | None  # (B, 1, 1, S)
     step: int = 0
-    pointer_memory: Tensor | None = None  # (N, S, D..6D) W_p . encoder output (_pointer_memory), word pointer only
     beams: int = 1  # decoder rows per sentence (per entry of memory_kv and cross_mask)
     qkv_weights: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # per layer, W^Q W^K W^V joined
 
@@ -329,8 +318,6 @@ class DecoderCache:
         assert self.step == 0 and self.beams == 1, "expand() comes once, before the first decoding step"
         rows = torch.arange(self.src_pad_mask.size(0), device=self.src_pad_mask.device).repeat_interleave(beams)
         self.src_pad_mask = self.src_pad_mask.index_select(0, rows)
-        if self.pointer_memory is not None:
-            self.pointer_memory = self.pointer_memory.index_select(0, rows)
         self.beams = beams
 
     def reorder(self, index: Tensor) -> None:
@@ -351,8 +338,6 @@ class DecoderCache:
         self.memory_kv = [(k.index_select(0, shared), v.index_select(0, shared)) for k, v in self.memory_kv]
         self.cross_mask = None if self.cross_mask is None else self.cross_mask.index_select(0, shared)
         self.src_pad_mask = self.src_pad_mask.index_select(0, index)
-        if self.pointer_memory is not None:
-            self.pointer_memory = self.pointer_memory.index_select(0, index)
 
 
 class Decoder(nn.Module):
@@ -360,13 +345,13 @@ class Decoder(nn.Module):
 
     def __init__(self, config: ModelConfig, tokens: nn.Embedding) -> None:
         super().__init__()
-        self.embed = Embedding(config, tokens, config.decoder_positions)
+        self.embed = Embedding(config, tokens)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
         self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
         self.window = config.attention_window
 
     def forward(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor, extra: Tensor | None = None) -> Tensor:
-        """`extra` (B, T, D), optional: added to the embedded inputs (the word pointer's states)."""
+        """`extra` (B, T, D), optional: added to the embedded inputs (an input a subclass adds)."""
         x = self.embed(tgt_in)  # (B, T, D)
         if extra is not None:
             x = x + extra
@@ -441,24 +426,14 @@ class Transformer(nn.Module):
         self.decoder = Decoder(config, tgt_tokens)
         # the pre-softmax projection: an nn.Linear here, which cpu_speed.apply may replace by a WorkspaceLinear
         self.output: nn.Module = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        # the word pointer (parsing): decoder input += W_p . encoder state of the next word to cover; with
-        # word_pointer_output also decoder output += W_o . that state (one matrix [W_p; W_o], split after the gather)
-        pointer_width = config.d_model * (2 if config.word_pointer_output else 1)
-        self.word_proj = nn.Linear(config.d_model, pointer_width, bias=False) if config.word_pointer else None
-        # with word_pointer_last the pointed state is W_p . (first piece's state) + W_l . (last piece's state): a word
-        # cut into pieces keeps its ending (-s, -ed, -ly: what a tag depends on) in its last one
-        self.word_last_proj = nn.Linear(config.d_model, pointer_width, bias=False) if config.word_pointer_last else None
-        # with span_pointer, + W_s . (first piece of the first word of the innermost open constituent): the span a ")"
-        # would close, from its first word to the word before the next one, without matching brackets by attention
-        self.span_proj = nn.Linear(config.d_model, pointer_width, bias=False) if config.span_pointer else None
-        # with tree_position, + E_d[depth] + W_a . e("(LABEL" of the innermost open constituent), both at the token
-        # embeddings' scale: where the decoder stands in the tree, which attention would otherwise have to work out
-        # by matching brackets. e is the (tied) token embedding; depth 0 reads PAD's row, which is zero.
-        self.depth_embed = nn.Embedding(TREE_DEPTHS, pointer_width) if config.tree_position else None
-        self.parent_proj = nn.Linear(config.d_model, pointer_width, bias=False) if config.tree_position else None
+        self.add_modules()
         init_parameters(self, config.d_model)
         if config.tie_embeddings:
             self.output.weight = tgt_tokens.weight
+
+    def add_modules(self) -> None:
+        """Where a subclass adds modules of its own: after the Transformer's and before the
+        parameters are initialised, so that one seed gives one model whatever the subclass."""
 
     def pad_mask(self, tokens: Tensor) -> Tensor:
         return tokens.eq(self.config.pad_id)  # (B, L), True = padding
@@ -466,77 +441,21 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor) -> Tensor:
         return self.encoder(src, self.pad_mask(src))  # (B, S, D)
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor, word_pos: Tensor | None = None) -> Tensor:
-        extra, late = self._split(self._pointed(self._pointer_memory(memory), word_pos))
-        return self.output(self._late(self.decoder(tgt_in, memory, src_pad_mask, extra), late))  # (B, T, V)
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Teacher-forced logits (B, T, V) of the decoder inputs `tgt_in` over the encoder output `memory`; given
+        `positions` (flat indices into B*T), logits (len(positions), V) for those positions only (training skips the
+        pre-softmax projection of padding)."""
+        return self.logits(self.decoder(tgt_in, memory, src_pad_mask), positions)
 
-    def _pointer_memory(self, memory: Tensor) -> Tensor | None:
-        """W_p . memory (B, S, D) ([W_p; W_o] . memory, (B, S, 2D), with word_pointer_output), projected once per
-        batch, then W_l . memory (word_pointer_last) and W_s . memory (span_pointer) after it on the last axis;
-        None without the word pointer."""
-        projections = [p for p in (self.word_proj, self.word_last_proj, self.span_proj) if p is not None]
-        if not projections:
-            return None
-        return torch.cat([p(memory) for p in projections], dim=-1) if len(projections) > 1 else projections[0](memory)
+    def logits(self, h: Tensor, positions: Tensor | None = None) -> Tensor:
+        """The pre-softmax projection (§3.4) of decoder states h (B, T, D), at `positions` only if given."""
+        if positions is not None:
+            h = h.reshape(-1, h.size(-1)).index_select(0, positions)  # (N, D)
+        return self.output(h)  # (B, T, V) or (N, V)
 
-    def _pointed(self, projected: Tensor | None, word_pos: Tensor | None) -> Tensor | None:
-        """The word pointer's input: (W_p . memory)[b, word_pos[b, t]] -> (B, T, D); None without a pointer. With
-        more reads (ModelConfig.pointer_reads), `word_pos` has a last axis of that many positions, one gather per
-        read, added."""
-        reads = self.config.pointer_reads
-        if not reads:
-            if word_pos is not None:
-                raise ValueError("word positions given to a model without model.word_pointer")
-            return None
-        if word_pos is None or projected is None:
-            raise ValueError("a model with model.word_pointer needs the word positions (word_pos)")
-        if len(reads) == 1:
-            if word_pos.dim() != 2:
-                raise ValueError(f"word positions must be (B, T) for this model, got {tuple(word_pos.shape)}")
-            word_pos = word_pos.unsqueeze(-1)
-        elif word_pos.dim() != 3 or word_pos.size(-1) != len(reads):
-            raise ValueError(
-                f"this model reads {len(reads)} values per step ({', '.join(reads)}): word positions must "
-                f"be (B, T, {len(reads)}), got {tuple(word_pos.shape)}"
-            )
-        pointed = None
-        sources = len(reads) - 2 * self.config.tree_position  # the reads that are source positions come first
-        for i, states in enumerate(projected.chunk(sources, dim=-1)):  # (B, S, D) each
-            read = states.gather(1, word_pos[..., i].unsqueeze(-1).expand(-1, -1, states.size(-1)))  # (B, T, D)
-            pointed = read if pointed is None else pointed + read
-        if self.depth_embed is not None and self.parent_proj is not None:
-            scale = math.sqrt(self.config.d_model)
-            depth, parent = word_pos[..., sources].clamp(0, TREE_DEPTHS - 1), word_pos[..., sources + 1]
-            tokens = cast(Embedding, self.decoder.embed).tokens
-            tree = self.depth_embed(depth) * scale + self.parent_proj(tokens(parent) * scale)  # (B, T, D)
-            pointed = tree if pointed is None else pointed + tree
-        return pointed
-
-    def _split(self, pointed: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
-        """The pointed states -> (added to the decoder input, added to the decoder output); None where unused."""
-        if pointed is None or not self.config.word_pointer_output:
-            return pointed, None
-        early, late = pointed.chunk(2, dim=-1)
-        return early, late
-
-    @staticmethod
-    def _late(h: Tensor, late: Tensor | None) -> Tensor:
-        return h if late is None else h + late
-
-    def forward(
-        self, src: Tensor, tgt_in: Tensor, positions: Tensor | None = None, word_pos: Tensor | None = None
-    ) -> Tensor:
-        """Logits (B, T, V); or, given `positions` (flat indices into B*T), logits (len(positions), V) for those
-        positions only (training skips the pre-softmax projection of padding). `word_pos` (B, T), models with the
-        word pointer only: the source position of the next word to cover at each decoder input ((B, T, C) with more
-        reads than one: see ModelConfig.pointer_reads)."""
-        memory = self.encode(src)
-        if positions is None:
-            return self.decode(tgt_in, memory, self.pad_mask(src), word_pos)  # (B, T, V)
-        extra, late = self._split(self._pointed(self._pointer_memory(memory), word_pos))
-        h = self._late(self.decoder(tgt_in, memory, self.pad_mask(src), extra), late)  # (B, T, D)
-        h = h.reshape(-1, h.size(-1)).index_select(0, positions)  # (N, D)
-        return self.output(h)  # (N, V)
+    def forward(self, src: Tensor, tgt_in: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Logits (B, T, V), or (len(positions), V) given `positions` (see decode)."""
+        return self.decode(tgt_in, self.encode(src), self.pad_mask(src), positions)
 
     def start_decoding(self, memory: Tensor, src_pad_mask: Tensor) -> DecoderCache:
         """Encoder-decoder keys/values are computed here, once per batch; the self-attention's Q/K/V projections
@@ -552,16 +471,11 @@ class Transformer(nn.Module):
             self_kv=[None] * len(memory_kv),
             src_pad_mask=src_pad_mask,
             cross_mask=cross_mask,
-            pointer_memory=self._pointer_memory(memory),
         )
 
-    def decode_step(self, tokens: Tensor, cache: DecoderCache, word_pos: Tensor | None = None) -> Tensor:
-        """tokens: (B,) the newest token of each row; `word_pos` (B,), word-pointer models only: the source position
-        of the next word each row has to cover ((B, C) with more reads than one: see ModelConfig.pointer_reads). Returns
-        next-token logits (B, V); updates `cache`."""
-        step_pos = None if word_pos is None else word_pos.unsqueeze(1)  # (B, 1) or (B, 1, C): one step
-        extra, late = self._split(self._pointed(cache.pointer_memory, step_pos))  # (B, 1, D) each
-        return self.output(self._late(self.decoder.step(tokens, cache, extra), None if late is None else late[:, 0]))
+    def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
+        """tokens: (B,) the newest token of each row. Returns next-token logits (B, V); updates `cache`."""
+        return self.output(self.decoder.step(tokens, cache))
 
     @contextlib.contextmanager
     def recording_attention(self):

@@ -2,10 +2,11 @@
 a Foreign Language". The same encoder-decoder Transformer reads a sentence and writes its linearized tree.
 
 The parts, by role: the run config in config/parsing.py; trees, their linearization and the target vocabulary in
-data/trees.py and data/treebank.py (prepared and cached like translation's data); what the word, span and tree
-pointers read in data/pointers.py; subtree and word substitution in data/augment.py; the `Parser` (constrained
-beam search) in decoding/parser.py; the `transduce parse` command in cli/parsing.py. This module is the `Task`:
-tree data on the translation task's sequence-to-sequence machinery (batches, model, loss), with validation by
+data/trees.py and data/treebank.py (prepared and cached like translation's data); the model with the word pointer in
+model/pointer.py and what the pointer reads in data/pointers.py; subtree substitution in data/augment.py; the
+`Parser` (constrained beam search) in decoding/parser.py; the `transduce parse` command in cli/parsing.py. This
+module is the `Task`: tree data on the translation task's sequence-to-sequence machinery (batches, model, loss),
+with validation by
 loss and F1 scored like EVALB (tasks/evalb.py: COLLINS.prm plus DELETE_LABEL ROOT, strict, gold tags put back,
 the usual published setting) on the first `train.valid_max_sentences` trees of the valid file.
 """
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, ParsingRunConfig, read_config, save_config
-from ..data.augment import substitute_subtrees, substitute_words, tree_phrases
+from ..data.augment import substitute_subtrees, tree_phrases
 from ..data.corpus import Batch, ParallelCorpus, TokenArrays
 from ..data.pointers import word_positions
 from ..data.tokenizer import UNK_ID
@@ -29,13 +30,12 @@ from ..data.treebank import TARGET_VOCAB, ParseCorpus, ParseData, join_words, pr
 from ..data.trees import Tree
 from ..decoding.constraints import LEAF
 from ..decoding.parser import Parser
-from ..model import Transformer
+from ..model import PointerTransformer
 from . import evalb
 from .base import has_trained, same_run
 from .translation import SequenceTask
 
 SUBSTITUTION_STREAM = 0x5B2  # numpy's generator for train.subtree_substitution: (seed, epoch, this)
-WORD_STREAM = 0x5B3  # ... and for train.word_substitution
 
 
 class ParsingTask(SequenceTask):
@@ -46,7 +46,6 @@ class ParsingTask(SequenceTask):
     config_class: ClassVar[type] = ParsingRunConfig
     sampled_parts: ClassVar[tuple[str, ...]] = ("src", "starts")  # subword sampling redraws the source words' pieces
     substitutes_subtrees: ClassVar[bool] = True  # train.subtree_substitution applies (and redraws "tgt" too)
-    substitutes_words: ClassVar[bool] = True  # train.word_substitution applies (it redraws "src" and "starts")
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "f1": ("valid_f1", True)}
 
     def __init__(self, config: ParsingRunConfig, data: ParseData) -> None:
@@ -59,31 +58,23 @@ class ParsingTask(SequenceTask):
         # valid file has, is not counted: that sentence's pointer then lags one word behind, in the valid loss only)
         kinds = data.vocab.constraint().kinds.numpy()
         self.leaves = kinds == LEAF if config.model.word_pointer else None
-        self.span, self.tree = config.model.span_pointer, config.model.tree_position
-        self.kinds = kinds if self.span or self.tree else None  # span_words and tree_states read every token's kind
         self._words: list[list[str | None]] | None = None  # the training words, read back for subword sampling
         self._phrases: list[list[tuple[int, int, int, int]]] | None = None  # each training tree's, for substitution
         self._kept: list[list[list[int]]] | None = None  # each training word's prepared pieces
-        self._tags: list[np.ndarray] | None = None  # each training word's tag id, for word substitution
         self._prefix: list[list[int]] | None = None  # what each training source holds before its first word
 
     def redraws(self) -> bool:
         train = self.config.train
-        return super().redraws() or train.subtree_substitution > 0 or train.word_substitution > 0
+        return super().redraws() or train.subtree_substitution > 0
 
     def draw_parts(self) -> tuple[str, ...]:
         return (*self.sampled_parts, "tgt") if self.config.train.subtree_substitution > 0 else self.sampled_parts
 
     def draw_options(self) -> dict[str, Any]:
-        train = self.config.train
-        return {
-            **super().draw_options(),
-            "substitution": train.subtree_substitution,
-            "word_substitution": train.word_substitution,
-        }
+        return {**super().draw_options(), "substitution": self.config.train.subtree_substitution}
 
     def draw_defaults(self) -> dict[str, Any]:
-        return {"substitution": 0.0, "word_substitution": 0.0}  # draws made before the options: without them
+        return {"substitution": 0.0}  # draws made before the options: without them
 
     def training_words(self) -> list[list[str | None]]:
         """Each training sentence's words as its prepared pieces spell them (the tokenizer's normalisation
@@ -104,8 +95,6 @@ class ParsingTask(SequenceTask):
         - train.subword_sampling: every word is cut into pieces at random (BPE-dropout for the recipe's BPE pieces),
           each word on its own as in `encode_words`. A word with an UNK piece, and a sentence whose sampled pieces
           exceed data.max_len, keep their prepared pieces.
-        - train.word_substitution: then each word, with that probability, is replaced by a training word of the same
-          tag (`substitute_words`), with the pieces this epoch drew for that word; the tree is unchanged.
         - train.subtree_substitution: then each tree, with that probability, gets one constituent replaced by one of
           the same label (`substitute_subtrees`), its words with the pieces this epoch drew for them.
         The word starts follow the pieces; without substitution the targets are the prepared ones."""
@@ -115,13 +104,6 @@ class ParsingTask(SequenceTask):
         groups = [len(prefix) for prefix in prefixes]  # 1: marked (data.mark_extra), else all 0: one group
         sentences = self._sampled_words(seed, epoch, budgets) if train.subword_sampling > 0 else self._prepared_words()
         tgt = prepared.tgt
-        if train.word_substitution > 0:
-            if self._tags is None:
-                kinds = self.data.vocab.constraint().kinds.numpy()
-                self._tags = [t[kinds[t] == LEAF] for t in (prepared.tgt[i] for i in range(len(prepared)))]
-            rng = np.random.default_rng([seed, epoch, WORD_STREAM])
-            rate = train.word_substitution
-            sentences = substitute_words(sentences, self._tags, rate=rate, rng=rng, budgets=budgets, groups=groups)
         if train.subtree_substitution > 0:
             if self._phrases is None:
                 kinds = self.data.vocab.constraint().kinds.numpy()
@@ -180,23 +162,14 @@ class ParsingTask(SequenceTask):
         return out
 
     def collate_pairs(self, corpus: ParallelCorpus, indices: np.ndarray, **options) -> Batch:
-        """The pairs as a Batch, with the word pointer's positions (B, T) when the model has one."""
+        """The pairs as a Batch, with the word pointer's positions (B, T) or (B, T, 2) when the model has one."""
         batch = super().collate_pairs(corpus, indices, **options)
         if self.leaves is None:
             return batch
         assert isinstance(corpus, ParseCorpus)
         last = self.config.model.word_pointer_last
         rows = [  # a loop over sentences, as in data.collate
-            word_positions(
-                corpus.starts[i],
-                corpus.tgt[i],
-                self.leaves,
-                last=last,
-                kinds=self.kinds,
-                span=self.span,
-                tree=self.tree,
-            )
-            for i in indices
+            word_positions(corpus.starts[i], corpus.tgt[i], self.leaves, last=last) for i in indices
         ]
         word_pos = torch.zeros(*batch.tgt_in.shape, *rows[0].shape[1:], dtype=torch.long)  # the reads' layout
         for row, pos in enumerate(rows):
@@ -242,7 +215,7 @@ class ParsingTask(SequenceTask):
         return task
 
     @torch.no_grad()
-    def validate(self, model: Transformer, device: torch.device) -> dict[str, float]:
+    def validate(self, model: PointerTransformer, device: torch.device) -> dict[str, float]:
         """Loss and perplexity on the whole valid split; F1 (and the rest of `score_parses`) on its first
         train.valid_max_sentences trees, parsed with beam train.valid_beam under the tree constraint."""
         was_training, config = model.training, self.config
@@ -256,7 +229,13 @@ class ParsingTask(SequenceTask):
         model.train(was_training)
         return result
 
-    def predictor(self, model: Transformer) -> Parser:
+    def build_model(self) -> PointerTransformer:
+        return PointerTransformer(self.config.model)
+
+    def logits(self, net, batch: Batch) -> torch.Tensor:
+        return net(batch.src, batch.tgt_in, batch.positions, batch.word_pos)  # the word pointer reads word_pos
+
+    def predictor(self, model: PointerTransformer) -> Parser:
         return Parser(model, self.data.tokenizer, self.data.vocab, decode=self.config.decode)
 
 

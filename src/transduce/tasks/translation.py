@@ -27,9 +27,8 @@ from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
 
-# RUN/subwords/epoch-N: one epoch's draw under train.subword_sampling (and, parsing, train.subtree_substitution or
-# train.word_substitution); the manifest's kind keeps its first name, so the folders of earlier runs are still
-# recognised as this project's
+# RUN/subwords/epoch-N: one epoch's draw under train.subword_sampling (and, parsing, train.subtree_substitution); the
+# manifest's kind keeps its first name, so the folders of earlier runs are still recognised as this project's
 SUBWORDS, DRAW = "subwords", "subword draw"
 
 
@@ -149,6 +148,10 @@ class SequenceTask:
     def build_model(self) -> Transformer:
         return Transformer(self.config.model)
 
+    def logits(self, net, batch: Batch) -> torch.Tensor:
+        """The model's logits at the batch's real target positions, (n_tokens, V) (no padding)."""
+        return net(batch.src, batch.tgt_in, batch.positions)
+
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
         """The epoch's batches; over the epoch's draw (`epoch_corpus`) when the task `redraws`."""
         if self.redraws():
@@ -171,7 +174,7 @@ class SequenceTask:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(label-smoothed loss, nll), summed over the batch's target tokens (batch.n_tokens of them)."""
         with autocast():
-            logits = net(batch.src, batch.tgt_in, batch.positions, batch.word_pos)  # (n_tokens, V): no padding
+            logits = self.logits(net, batch)  # (n_tokens, V): no padding
         # the logits are consumed here, before the next forward: the loss may turn them into their gradient
         return label_smoothed_nll(
             logits,
@@ -190,7 +193,7 @@ class SequenceTask:
             corpus.src_lengths, corpus.tgt_lengths, max_tokens=train.max_tokens, seed=0, epoch=0, shuffle=False
         ):
             batch = self.collate_pairs(corpus, indices).to(device)
-            logits = model(batch.src, batch.tgt_in, batch.positions, batch.word_pos)
+            logits = self.logits(model, batch)
             loss, nll = label_smoothed_nll(
                 logits, batch.target, eps=train.label_smoothing, pad_id=self.config.model.pad_id
             )
@@ -291,8 +294,6 @@ class TranslationTask(SequenceTask):
 
         Once a run has saved a checkpoint, its settings and data are frozen: inputs whose contents changed are
         refused."""
-        if config.model.word_pointer:
-            raise ConfigError("model.word_pointer points at the input's words while parsing; a translation has none")
         config_path = run_dir / "config.json"
         frozen = has_trained(run_dir)
         if config.data.prepared:  # a folder made by `transduce prepare`: read, never written

@@ -107,8 +107,6 @@ def check_setup(task: Task, tc: TrainConfig) -> None:
         raise ConfigError(f"train.subword_sampling applies to translation and parsing runs, not to {task.name}")
     if tc.subtree_substitution and not getattr(task, "substitutes_subtrees", False):
         raise ConfigError(f"train.subtree_substitution applies to parsing runs, not to {task.name}")
-    if tc.word_substitution and not getattr(task, "substitutes_words", False):
-        raise ConfigError(f"train.word_substitution applies to parsing runs, not to {task.name}")
     if tc.patience > 0 and not task.has_validation:
         raise ConfigError(f"train.patience is {tc.patience} but there is no validation data (set data.valid)")
     task.check()
@@ -259,7 +257,7 @@ class Session:
         torch.manual_seed(tc.seed)
         model = task.build_model().to(device)
         if device.type == "cpu" and tc.cpu_speed:
-            cpu_speed.apply(model, workspace_rows=tc.max_tokens, float32_logits=tc.fp32_logits)
+            cpu_speed.apply(model, workspace_rows=tc.max_tokens)
         if ranks.rank:
             torch.manual_seed(rank_seed(tc.seed, ranks.rank, 0))  # each rank its own dropout masks
         optimizer = build_optimizer(model, tc)
