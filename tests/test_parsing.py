@@ -580,19 +580,19 @@ def test_words_are_encoded_one_by_one_with_their_starts(pointer_run):
 
 
 def test_pointer_refused_for_translation_and_export(pointer_run, tmp_path):
-    from transduce.config import Config
-    from transduce.tasks.translation import TranslationTask
+    """The pointer is a key of parsing's model section only: a translation recipe that sets it is refused naming the
+    key, and a parsing run is no translation run to export."""
+    from transduce.config import load_config
 
-    with pytest.raises(ConfigError, match="word_pointer"):
-        TranslationTask.prepare(
-            Config(model=ModelConfig(word_pointer=True)), Path("unused"), main=True, log=print, barrier=lambda: None
-        )
+    with pytest.raises(ConfigError, match="model.word_pointer"):
+        load_config("multi30k", ["model.word_pointer=true"])
     pytest.importorskip("ctranslate2")
-    from transduce.export.ctranslate2 import ExportError, check_exportable
+    from transduce.export.ctranslate2 import export_ctranslate2
 
-    _, task = pointer_run
-    with pytest.raises(ExportError, match="word_pointer"):
-        check_exportable(task.config.model, task.data.tokenizer)
+    run, _ = pointer_run
+    with pytest.raises(ConfigError, match="parsing"):
+        export_ctranslate2(run, tmp_path / "export")
+    assert not (tmp_path / "export").exists()
 
 
 def _resumes_exactly_and_keeps_its_draws(config: ParsingRunConfig, tmp_path: Path, parts: tuple, **off) -> None:

@@ -7,8 +7,8 @@ only be the gold tag of the word it stands for (every other leaf token is masked
 all of the structure but no tag. Prints the usual score lines (`transduce parse --gold`): with every tag right, "F1
 (gold tags put back)" and "F1 (predicted tags)" are the same, and the gap to the same weights' ordinary F1 bounds
 what better tagging alone could bring. Under greedy search the forced tags can cost structure (a masked tag the model
-preferred leaves "(X" or ")" as its best allowed token), so read it with a beam. The gold tags ride in the
-constraint state's label stack, which only models with model.tree_position use; those are refused.
+preferred leaves "(X" or ")" as its best allowed token), so read it with a beam. The gold tags ride in a field the
+constraint state gains here (`GoldState`), which the search reorders with the beams like every other.
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ from transduce.decoding.parser import Parser
 from transduce.tasks import evalb
 
 
+@dataclasses.dataclass(frozen=True)
+class GoldState(constraints.TreeState):
+    gold: torch.Tensor  # (N, most words + 1) the gold tag id of each row's words, in order
+
+
 @contextlib.contextmanager
 def gold_leaves(parser: Parser, table: dict[tuple[str, ...], list[int]]) -> Iterator[None]:
     """Within the block, `parser` may emit as the i-th leaf of a sentence only table[words][i]."""
@@ -43,12 +48,14 @@ def gold_leaves(parser: Parser, table: dict[tuple[str, ...], list[int]]) -> Iter
         return parse_batch(self, sentences, *args, **kwargs)
 
     def start_with_tags(self, max_len):  # type: ignore[no-untyped-def]
-        # the label stack is reordered with the beam like every other field of the state
-        return dataclasses.replace(start(self, max_len), open_labels=current["tags"].to(max_len.device))
+        # TreeConstraint.reorder keeps the state's class and reorders its gold field with the beam
+        base = start(self, max_len)
+        shared = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+        return GoldState(**shared, gold=current["tags"].to(max_len.device))
 
     def allowed_gold_leaf(self, state):  # type: ignore[no-untyped-def]
         mask = allowed(self, state)  # (N, V)
-        gold = state.open_labels.gather(1, state.used.clamp(max=state.open_labels.size(1) - 1).view(-1, 1))
+        gold = state.gold.gather(1, state.used.clamp(max=state.gold.size(1) - 1).view(-1, 1))
         leaf = self.kinds.eq(constraints.LEAF).view(1, -1)
         return mask & (~leaf | torch.arange(mask.size(1), device=mask.device).view(1, -1).eq(gold))
 
@@ -72,8 +79,6 @@ def main() -> None:
     args = ap.parse_args()
 
     parser = Parser.from_run(args.run, device=args.device)
-    if parser.tree:
-        raise SystemExit("a model with model.tree_position reads the label stack this diagnostic borrows")
     if not parser.vocab.keep_tags:
         raise SystemExit("the model writes XX for every tag: there is no tag to force")
     gold_path = resolve_path(args.gold)

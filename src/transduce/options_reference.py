@@ -170,9 +170,11 @@ def _paragraphs(paragraphs: list[str]) -> list[str]:
     return [line for paragraph in paragraphs for line in (_prose(paragraph), "")]
 
 
-def _full_table(table: Table) -> list[str]:
+def _full_table(table: Table, skip: Sequence[str] = ()) -> list[str]:
     lines = ["| key | type | default | help |", "| --- | --- | --- | --- |"]
     for f in dataclasses.fields(table.cls):
+        if f.name in skip:
+            continue
         default = value_text(getattr(table.defaults, f.name))
         cells = [_code(f.name), _code(type_text(f.type)), _code(default), _cell(field_help(table.cls, f.name))]
         lines.append("| " + " | ".join(cells) + " |")
@@ -232,6 +234,17 @@ def render() -> str:
             if task != default and table in shared:
                 out += [f"As {default}'s [{table.section}] above; these defaults differ:", ""]
                 out += _changed_defaults(table, base[table.section])
+                continue
+            parent = base.get(table.section)
+            if task != default and parent is not None and issubclass(table.cls, parent.cls):  # the shared keys, plus
+                inherited = [
+                    f.name
+                    for f in dataclasses.fields(parent.cls)
+                    if getattr(table.defaults, f.name) == getattr(parent.defaults, f.name)
+                ]
+                out += _paragraphs(class_doc(table.cls))
+                out += [f"As {default}'s [{table.section}] above; these keys are its own or differ in default:", ""]
+                out += _full_table(table, skip=inherited)
                 continue
             out += _paragraphs(class_doc(table.cls)) + _full_table(table)
     return "\n".join(out) + "\n"

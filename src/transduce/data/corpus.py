@@ -104,7 +104,7 @@ class Batch:
     positions: torch.Tensor  # (n_tokens,) flat indices of the non-pad target positions in B*T
     target: torch.Tensor  # (n_tokens,) tgt_out at those positions
     word_pos: torch.Tensor | None = None  # (B, T) parsing's word pointer: source position of the next word; (B, T, C)
-    # with more reads (model.word_pointer_last: its last piece too; model.span_pointer: the open constituent's start)
+    # with model.word_pointer_last (its last piece too)
 
     def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"

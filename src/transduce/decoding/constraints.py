@@ -203,8 +203,9 @@ class TreeConstraint:
         )
 
     def reorder(self, state: TreeState, index: Tensor) -> TreeState:
-        """Rows `index` (M,) of the state, in that order (beam origins; mirrors the cache's reorder)."""
-        return TreeState(**{f.name: getattr(state, f.name).index_select(0, index) for f in fields(TreeState)})
+        """Rows `index` (M,) of the state, in that order (beam origins; mirrors the cache's reorder). A subclass of
+        TreeState keeps its class and its own (N, ...) fields (benchmarks/research/parse_oracle_tags.py adds one)."""
+        return type(state)(**{f.name: getattr(state, f.name).index_select(0, index) for f in fields(state)})
 
     def select(self, state: TreeState, index: Tensor) -> TreeState:
         """Rows `index` of the state (sentences kept, beam expansion; mirrors the cache's select)."""
