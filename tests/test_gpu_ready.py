@@ -96,3 +96,45 @@ def test_cudnn_attention_is_a_train_option_that_leaves_the_cpu_alone(tmp_path, t
             assert torch.backends.cuda.cudnn_sdp_enabled() is flag
     finally:
         torch.backends.cuda.enable_cudnn_sdp(saved)
+
+
+def test_a_run_leaves_tf32_and_cudnn_attention_as_it_found_them(tmp_path, toy_corpus, monkeypatch):
+    """Issue 61 item 5: a training run on CUDA turns TF32 on (unless train.precision is 'fp32') and cuDNN's attention
+    as train.cudnn_attention says, where it starts (`_wrap`); train_task puts the process-wide flags back when the
+    run ends, whether it returns or fails. On CPU `_wrap` touches neither, so here it is made to switch them as on
+    CUDA; the flags themselves can be read and set on any build."""
+    from transduce.tasks import train
+    from transduce.training import loop
+
+    def switches() -> tuple[bool, bool, bool]:
+        return (
+            torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.allow_tf32,
+            torch.backends.cuda.cudnn_sdp_enabled(),
+        )
+
+    def set_switches(flags: tuple[bool, bool, bool]) -> None:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags[:2]
+        torch.backends.cuda.enable_cudnn_sdp(flags[2])
+
+    real_wrap, during = loop._wrap, []
+
+    def wrap_as_on_cuda(*args):
+        wrapped = real_wrap(*args)
+        set_switches((True, True, True))
+        during.append(switches())
+        return wrapped
+
+    monkeypatch.setattr(loop, "_wrap", wrap_as_on_cuda)
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=2, save_every=2)
+    saved = switches()
+    try:
+        for n, before in enumerate([(False, False, False), (False, True, False)]):
+            set_switches(before)
+            assert train(load_config(recipe), tmp_path / f"run{n}", quiet=True)["step"] == 2
+            assert during[-1] == (True, True, True) and switches() == before
+        with pytest.raises(loop.TrainingError):  # a NaN learning rate: the run fails after it switched them
+            train(load_config(recipe, ["train.lr_scale=nan"]), tmp_path / "failed", quiet=True)
+        assert len(during) == 3 and switches() == before
+    finally:
+        set_switches(saved)

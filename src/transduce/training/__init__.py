@@ -1,2 +1,4 @@
-"""Training: one loop over a Task (loop.py; the interface a task implements is task.py), its checkpoints and run
-directory (checkpoint.py), Adam and the learning-rate schedules (optim.py), the label-smoothed loss (loss.py)."""
+"""Training: one loop over a Task (loop.py; the interface a task implements is task.py) and the steps it calls
+after an update (progress.py: log, NaN check, validation, checkpoint; budget.py: the time limit and forecast), its
+checkpoints and run directory (checkpoint.py), Adam and the learning-rate schedules (optim.py), the label-smoothed
+loss (loss.py)."""
