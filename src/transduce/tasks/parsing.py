@@ -82,9 +82,6 @@ class ParsingTask(SequenceTask):
             "word_substitution": train.word_substitution,
         }
 
-    def draw_defaults(self) -> dict[str, Any]:
-        return {"substitution": 0.0, "word_substitution": 0.0}  # draws made before the options: without them
-
     def training_words(self) -> list[list[str | None]]:
         """Each training sentence's words as its prepared pieces spell them (the tokenizer's normalisation
         applied); None for a word with an UNK piece, whose text the pieces no longer hold."""
