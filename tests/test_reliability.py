@@ -137,7 +137,23 @@ def _copy_weights_out(e):
     shutil.copy(checkpoint_dirs(e.run)[-1] / "model.safetensors", e.tmp / "w.safetensors")
 
 
+def _earlier_format(folder: str, copy_of: str | None = None):
+    """`folder` (a copy of `copy_of` when given) as an earlier version left it: a manifest without a format."""
+
+    def setup(e):
+        path = Path(folder.format(**vars(e)))
+        if copy_of:
+            shutil.copytree(copy_of.format(**vars(e)), path)
+        manifest = json.loads((path / "transduce-manifest.json").read_text())
+        del manifest["format"]
+        (path / "transduce-manifest.json").write_text(json.dumps(manifest))
+
+    return setup
+
+
 PREPARE = ["prepare", "--train", "{corpus}/train", "--src", "en", "--tgt", "xx", "--vocab-size", "60"]
+EARLIER_RUN = ("{run}: a run made by another version of transduce (format 0;", "train again into a new --out")
+EARLIER_DATA = ("{tmp}/old: prepared data made by another version of transduce", "remove it and prepare again")
 ONE = ["--sentence", "the dog sees a cat"]
 CASES = {
     # 1. data loss: a destination that exists and is not our own output is refused, whatever is in it
@@ -292,6 +308,25 @@ CASES = {
         ("w.safetensors: not inside a run directory",),
         setup=_copy_weights_out,
     ),
+    # 8. runs and caches of an earlier format (outputs.FORMAT): refused, not read through upgrade branches
+    "resume a run of an earlier format": Case(
+        ["train", "--out", "{run}"], EARLIER_RUN, setup=_earlier_format("{run}"), keep=("{run}/config.json",)
+    ),
+    "translate with a run of an earlier format": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en"], EARLIER_RUN, setup=_earlier_format("{run}")
+    ),
+    "train on prepared data of an earlier format": Case(
+        ["train", "{recipe}", "--out", "{tmp}/r", "--set", "data.prepared='{tmp}/old'"],
+        EARLIER_DATA,
+        setup=_earlier_format("{tmp}/old", copy_of="{run}/data"),
+        absent=("{tmp}/r",),
+    ),
+    "prepare into prepared data of an earlier format": Case(
+        [*PREPARE, "--out", "{tmp}/old"],
+        EARLIER_DATA,
+        setup=_earlier_format("{tmp}/old", copy_of="{run}/data"),
+        keep=("{tmp}/old/summary.json",),
+    ),
     "invalid UTF-8 in score": Case(
         ["score", "--hyp", "{tmp}/bad.txt", "--ref", "{tmp}/text.en"],
         ("bad.txt:1", "--errors replace"),
@@ -309,7 +344,7 @@ def test_bad_input_is_one_line_and_destroys_nothing(name, env, capsys):
     sentinels = [put_sentinel(Path(fmt(folder))) for folder in case.sentinels]
     before = {p: Path(fmt(p)).read_bytes() for p in case.keep}
     result = transduce(capsys, *map(fmt, case.argv))
-    assert_one_line_error(result, *case.needles, code=case.code)
+    assert_one_line_error(result, *map(fmt, case.needles), code=case.code)
     assert_kept(*sentinels)
     for p, data in before.items():
         assert Path(fmt(p)).read_bytes() == data, f"{fmt(p)} was changed"

@@ -299,39 +299,6 @@ def test_subword_sampling_reads_the_training_text_by_offsets_and_refuses_a_chang
         TrainingText(data.root, data.summary)
 
 
-def test_a_run_prepared_by_the_first_cache_version_still_resumes(tmp_path):
-    """A run started before the streaming prepare has a version-1 cache in RUN/data (int32 ids, a text copy of every
-    split, no lengths or offsets files, another cache key): resuming it reuses that cache as it is."""
-    from transduce.data.parallel import _cache_key, _split_prefixes
-    from transduce.data.text import find_side
-    from transduce.data.training_text import TrainingText
-
-    train = write_corpus(tmp_path, "train", 120)
-    cfg = DataConfig(train=train, src="en", tgt="xx", vocab_size=60, workers=1)
-    out = tmp_path / "run" / "data"
-    data = prepare(cfg, out, log=lambda _: None)
-    files = {split: (find_side(p, "en"), find_side(p, "xx")) for split, p in _split_prefixes(cfg).items()}
-    summary = json.loads((out / "summary.json").read_text())
-    summary["cache_key"] = _cache_key(cfg, files, summary["inputs"], version=1)
-    for name in ("src", "tgt"):  # what version 1 wrote
-        ids = np.load(out / f"train.{name}.ids.npy")
-        np.save(out / f"train.{name}.ids.npy", ids.astype(np.int32))
-        for suffix in ("lengths", "starts"):
-            (out / f"train.{name}.{suffix}.npy").unlink()
-        lines = Path(f"{train}.{'en' if name == 'src' else 'xx'}").read_text().splitlines()
-        (out / f"train.{name}.txt").write_text("".join(lines[i] + "\n" for i in np.load(out / "train.lines.npy")))
-    (out / "train.lines.npy").unlink()
-    (out / "summary.json").write_text(json.dumps(summary))
-    messages: list[str] = []
-    with pytest.raises(DataError, match="the data options changed"):  # reused for its own options only
-        prepare(DataConfig(**{**cfg.__dict__, "vocab_size": 50}), out, log=lambda _: None, frozen=True)
-    old = prepare(cfg, out, log=messages.append, frozen=True)
-    assert "reusing the cache" in messages[-1] and old.splits["train"].src.ids.dtype == np.int32
-    assert np.array_equal(old.splits["train"].src_lengths, data.splits["train"].src_lengths)
-    text = TrainingText(old.root, old.summary)
-    assert text.pairs(np.array([3]))[0] == [Path(f"{train}.en").read_text().splitlines()[3]]
-
-
 def test_the_vocabulary_sample_is_the_chosen_lines_of_both_files(tmp_path, monkeypatch):
     """sample_lines over several blocks: exactly `size` distinct lines of the two files (none blank here), from both
     sides in proportion, the same for the same seed."""
@@ -347,43 +314,6 @@ def test_the_vocabulary_sample_is_the_chosen_lines_of_both_files(tmp_path, monke
     assert 70 < sum(line.startswith("target") for line in sample) < 130
     assert sample == list(stream.sample_lines(paths, [230, 230], 200, seed=5, errors="strict"))
     assert len(list(stream.sample_lines(paths, [230, 230], 460, seed=5, errors="strict"))) == 460  # all of them
-
-
-def test_an_epoch_drawn_whole_by_the_earlier_version_is_finished_on_that_draw(tmp_path):
-    """A run resumed across the upgrade, mid-epoch, with train.subword_sampling: the earlier version kept the epoch's
-    whole draw in RUN/subwords/epoch-N and cut the epoch's batches from it; that epoch goes on with those batches
-    (else pairs would be skipped or repeated), and the next epochs draw per batch."""
-    from conftest import tiny_recipe
-
-    from transduce.config import load_config
-    from transduce.data import TokenArrays
-    from transduce.outputs import atomic_folder
-    from transduce.tasks import task_class
-    from transduce.tasks.translation import DRAW, SUBWORDS
-
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    write_corpus(corpus, "train", 200)
-    write_corpus(corpus, "valid", 10, seed=1)
-    config = load_config(tiny_recipe(tmp_path / "r.toml", corpus), ["train.subword_sampling=0.2"])
-    run = tmp_path / "run"
-    task = task_class("translation").prepare(config, run, main=True, log=lambda _: None, barrier=lambda: None)
-    prepared = task.data.splits["train"]
-    keep = np.random.default_rng(0).permutation(len(prepared))  # a stand-in draw: other sequences per pair
-    with atomic_folder(run / SUBWORDS / "epoch-000000", DRAW, rate=0.2, seed=3, epoch=0) as tmp:
-        for side in ("src", "tgt"):
-            arrays = getattr(prepared, side)
-            TokenArrays.from_lists([arrays[i].tolist() for i in keep]).save(tmp / side)
-    old = task.batches(max_tokens=300, seed=3, epoch=0)
-    drawn = task.corpus
-    assert len(drawn) == len(prepared) and np.array_equal(drawn.src[0], prepared.src[keep[0]])
-    cut = make_batches(drawn.src_lengths, drawn.tgt_lengths, max_tokens=300, seed=3, epoch=0)
-    assert len(old) == len(cut) and all(np.array_equal(a, b) for a, b in zip(old, cut))
-    batch = task.collate(old[0])
-    assert not isinstance(batch, list) and batch.src.shape[0] == len(old[0])  # the kept draw, as it was
-    task.batches(max_tokens=300, seed=3, epoch=1)  # the next epoch: per batch, and the old draw is pruned
-    assert isinstance(task.collate(old[0]), list) and task.corpus is prepared
-    assert not (run / SUBWORDS / "epoch-000000").exists()
 
 
 def test_ddp_ranks_read_one_prepared_folder_and_equal_one_process(tmp_path):

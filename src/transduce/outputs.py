@@ -40,17 +40,40 @@ def apply_umask(path: str | Path, *, directory: bool = False) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~UMASK)
 
 
+# The layout of run and prepared-data folders, written in their manifests. A folder of another format is refused in
+# one line (`check_format`), not read through branches kept for it (issue 61: there are no outside runs to keep).
+# Raise it with any change this version could not read an earlier run or cache through.
+FORMAT = 1
+FORMATTED = {"run": ("a run", "train again into a new --out"), "data": ("prepared data", "remove it and prepare again")}
+
+
 def read_manifest(folder: str | Path) -> dict | None:
-    """The manifest of one of our output folders, or None when `folder` has none (or it is not ours)."""
+    """The manifest of one of our output folders, or None when `folder` has none (or it is not ours). Every reader
+    of a run's or a prepared-data folder's manifest comes here, so one of another format is refused here."""
     try:
         data = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and "kind" in data else None
+    if not isinstance(data, dict) or "kind" not in data:
+        return None
+    check_format(Path(folder), data)
+    return data
+
+
+def check_format(folder: Path, manifest: dict) -> None:
+    """Refuse (OutputError, one line) a run or prepared-data folder whose manifest names another FORMAT."""
+    found = manifest.get("format", 0)  # the manifests of earlier versions had none
+    if manifest["kind"] in FORMATTED and found != FORMAT:
+        what, again = FORMATTED[manifest["kind"]]
+        raise OutputError(
+            f"{folder}: {what} made by another version of transduce (format {found}; this version reads format "
+            f"{FORMAT}): {again}"
+        )
 
 
 def write_manifest(folder: str | Path, kind: str, **extra) -> None:
-    atomic_write_text(Path(folder) / MANIFEST, json.dumps({"kind": kind, **extra}, indent=2) + "\n")
+    formatted = {"format": FORMAT} if kind in FORMATTED else {}
+    atomic_write_text(Path(folder) / MANIFEST, json.dumps({"kind": kind, **formatted, **extra}, indent=2) + "\n")
 
 
 def _check_folder(path: Path, kind: str) -> bool:
@@ -117,7 +140,7 @@ def _replace_folder(new: Path, final: Path, kind: str) -> None:
             final.rmdir()
         os.replace(new, final)
         return
-    theirs = users_entries(final, new)
+    theirs = users_entries(final)
     for name in theirs:
         if (new / name).exists():
             raise OutputError(
@@ -132,13 +155,9 @@ def _replace_folder(new: Path, final: Path, kind: str) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def users_entries(folder: Path, new: Path) -> list[str]:
-    """The entries of our output `folder` that we did not write (its manifest lists ours); for a folder made before
-    manifests listed their files, every entry the new output `new` does not replace (never delete what may be
-    the user's)."""
-    manifest = read_manifest(folder) or {}
-    listed = manifest.get("files")
-    ours = set(listed) if isinstance(listed, list) else {p.name for p in new.iterdir()}
+def users_entries(folder: Path) -> list[str]:
+    """The entries of our output `folder` that we did not write: its manifest lists ours (`atomic_folder`)."""
+    ours = set((read_manifest(folder) or {}).get("files", []))
     return sorted(p.name for p in folder.iterdir() if p.name not in ours and p.name not in (MANIFEST, LOCK))
 
 

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ..outputs import atomic_folder
+from ..outputs import atomic_folder, read_manifest
 from .text import DataError
 
 
@@ -31,12 +31,12 @@ def reuse_or_build(
     *,
     frozen: bool,
     log: Callable[[str], None],
-    frozen_keys: tuple[str | None, ...] = (),
 ) -> dict | None:
     """Reuse `out_dir` when its summary carries `key` (returns None); else, unless `frozen` (a resumed run: refused,
     naming the changed file), call build(tmp) to write a fresh cache into a temporary folder, record the key and
-    digests in its summary.json, and rename it into place. Returns the new summary. `frozen_keys`: what an earlier
-    version of the cache keyed the same inputs and options by; a resumed run reuses such a cache as it is."""
+    digests in its summary.json, and rename it into place. Returns the new summary. A cache of another format
+    (outputs.FORMAT) is refused, whatever its key."""
+    read_manifest(out_dir)  # refuses a cache of another format
     summary_path = out_dir / "summary.json"
     if frozen and not summary_path.is_file():
         raise DataError(
@@ -45,7 +45,7 @@ def reuse_or_build(
         )
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        if summary.get("cache_key") == key or (frozen and summary.get("cache_key") in frozen_keys):
+        if summary.get("cache_key") == key:
             log(f"data: reusing the cache in {out_dir} (key {summary.get('cache_key')})")
             return None
         if frozen:

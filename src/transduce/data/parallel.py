@@ -46,11 +46,6 @@ from .stream import (
 from .text import DataError, file_digest, find_side, read_lines
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError
 
-# 2: ids as uint16 where the vocabulary fits, SPLIT.lines.npy, no text copy of the training split, the vocabulary
-# learned from a seeded sample of data.vocab_sample sentences (all of them when the corpus is smaller)
-CACHE_VERSION = 2
-
-
 # prepare ----------------------------------------------------------------------------------------------------------
 PARTIAL = "data (unfinished)"  # the manifest kind of a prepare's work folder, kept until the cache is complete
 
@@ -68,8 +63,7 @@ class Prepared:
         """The raw (kept) sentences of a split: for validation and test splits (BLEU against real references) the
         folder's copies; for the training split (subword sampling) the kept lines of the input files, which must
         be unchanged since `prepare` read them."""
-        version_1_train = split == "train" and not (self.root / "train.lines.npy").is_file()
-        if split != "train" or version_1_train:  # the folder's copies (a cache of version 1 copied train too)
+        if split != "train":  # the folder's copies
             return read_lines(self.root / f"{split}.src.txt"), read_lines(self.root / f"{split}.tgt.txt")
         from .training_text import check_unchanged
 
@@ -112,17 +106,13 @@ def _input_digests(files: dict[str, tuple[Path, Path]]) -> dict[str, str]:
 
 # DataConfig fields that do not change what `prepare` writes (and so stay out of the cache key)
 NOT_IN_KEY = ("workers", "prepared")
-# fields added with the cache's version 2: a resumed run whose cache was keyed by version 1 had them at the defaults
-NEW_IN_V2 = ("vocab_sample",)
 
 
-def _cache_key(config: DataConfig, files: dict[str, tuple[Path, Path]], digests: dict[str, str], version=None) -> str:
-    version = CACHE_VERSION if version is None else version
+def _cache_key(config: DataConfig, files: dict[str, tuple[Path, Path]], digests: dict[str, str]) -> str:
+    """The options and the inputs' contents (the cache's layout is the manifest's, outputs.FORMAT)."""
     options = {k: v for k, v in asdict(config).items() if k not in NOT_IN_KEY}
-    if version == 1:
-        options = {k: v for k, v in options.items() if k not in NEW_IN_V2}
     h = hashlib.sha256()
-    h.update(json.dumps({"version": version, "options": options}, sort_keys=True).encode())
+    h.update(json.dumps({"options": options}, sort_keys=True).encode())
     for split, (src, tgt) in sorted(files.items()):
         h.update(f"{split}:{digests[str(src)]}:{digests[str(tgt)]}".encode())
     return h.hexdigest()[:16]
@@ -156,7 +146,6 @@ def prepare(
     stats = _input_stats(files)  # before the digests: a file changed while it is read shows at the end
     digests = _input_digests(files)
     key = _cache_key(config, files, digests)
-    legacy = _cache_key(config, files, digests, version=1) if _at_defaults(config, NEW_IN_V2) else None
     work = out_dir.parent / f".partial-{out_dir.name}-{key}"
 
     def build(tmp: Path) -> dict:
@@ -166,9 +155,7 @@ def prepare(
             raise DataError(f"{changed[0]}: changed while it was being prepared; run the command again")
         return {**summary, "input_stats": stats}
 
-    summary = reuse_or_build(
-        out_dir, key, digests, build, frozen=frozen, log=log, frozen_keys=(legacy,) if legacy else ()
-    )
+    summary = reuse_or_build(out_dir, key, digests, build, frozen=frozen, log=log)
     if summary is not None:
         remove_own_folder(work, PARTIAL)
         log(format_summary(summary))
@@ -178,11 +165,6 @@ def prepare(
 def _input_stats(files: dict[str, tuple[Path, Path]]) -> dict[str, list[int]]:
     """Size and modification time of each input (training_text.py checks them before reading the text again)."""
     return {str(p): [p.stat().st_size, p.stat().st_mtime_ns] for pair in files.values() for p in pair}
-
-
-def _at_defaults(config: DataConfig, names: tuple[str, ...]) -> bool:
-    defaults = DataConfig()
-    return all(getattr(config, n) == getattr(defaults, n) for n in names)
 
 
 def _prepare_resumable(config: DataConfig, files: dict, out: Path, key: str, max_tokens: int, work: Path, log) -> dict:
@@ -232,7 +214,6 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
     for name in ("tokenizer.model", "tokenizer.json"):
         shutil.copyfile(work / name, out / name)
     summary: dict[str, Any] = {  # summary.json
-        "version": CACHE_VERSION,
         "src": config.src,
         "tgt": config.tgt,
         "vocab_size": tokenizer.vocab_size,

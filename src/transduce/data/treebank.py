@@ -36,7 +36,6 @@ from .text import DataError, data_root, file_digest, resolve_path
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from .trees import OPEN_PREFIX, ROOT, SPECIALS, Tree, build_vocab, linearize, normalize, read_trees, to_string, words
 
-CACHE_VERSION = 2  # 2: words encoded one by one, their start positions kept (the word pointer)
 TARGET_VOCAB = "target_vocab.json"
 
 
@@ -177,11 +176,9 @@ def _input_files(config: ParseDataConfig) -> dict[str, list[Path]]:
 
 
 def _cache_key(config: ParseDataConfig, digests: dict[str, str]) -> str:
-    options = dataclasses.asdict(config)
-    if not config.mark_extra:  # left out when off, so that the caches of runs made before the option still match
-        del options["mark_extra"]
+    """The options and the inputs' contents (the cache's layout is the manifest's, outputs.FORMAT)."""
     h = hashlib.sha256()
-    h.update(json.dumps({"version": CACHE_VERSION, "options": options, "inputs": digests}, sort_keys=True).encode())
+    h.update(json.dumps({"options": dataclasses.asdict(config), "inputs": digests}, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 

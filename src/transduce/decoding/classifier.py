@@ -51,11 +51,7 @@ class Classifier:
         config = read_config(run_dir / "config.json", ClassifierRunConfig)
         model = TransformerClassifier(config.model, config.head, max_len=config.data.max_len)
         load_weights(model, weights)
-        labels_file = run_dir / LABELS  # runs made before it existed: the data cache's summary
-        labels = json.loads(
-            labels_file.read_text() if labels_file.is_file() else (run_dir / "data" / "summary.json").read_text()
-        )
-        labels = labels if isinstance(labels, list) else labels["labels"]
+        labels = json.loads((run_dir / LABELS).read_text(encoding="utf-8"))
         return cls(model.to(pick_device(device)).eval(), Tokenizer(run_dir / "tokenizer.model"), labels, config)
 
     def predict_proba(self, texts: Sequence[str]) -> Tensor:

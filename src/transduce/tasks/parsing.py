@@ -73,9 +73,6 @@ class ParsingTask(SequenceTask):
     def draw_options(self) -> dict[str, Any]:
         return {**super().draw_options(), "substitution": self.config.train.subtree_substitution}
 
-    def draw_defaults(self) -> dict[str, Any]:
-        return {"substitution": 0.0}  # draws made before the options: without them
-
     def training_words(self) -> list[list[str | None]]:
         """Each training sentence's words as its prepared pieces spell them (the tokenizer's normalisation
         applied); None for a word with an UNK piece, whose text the pieces no longer hold."""

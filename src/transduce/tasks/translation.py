@@ -27,8 +27,9 @@ from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
 
-# RUN/subwords/epoch-N: one epoch's draw under train.subword_sampling (and, parsing, train.subtree_substitution); the
-# manifest's kind keeps its first name, so the folders of earlier runs are still recognised as this project's
+# RUN/subwords/epoch-N: one epoch's draw under parsing's train.subword_sampling or train.subtree_substitution
+# (translation draws per batch, `TranslationTask.sampled_pairs`); RUN/subwords/text-SIDE: a gzipped training file,
+# decompressed for sampling
 SUBWORDS, DRAW = "subwords", "subword draw"
 
 
@@ -74,10 +75,6 @@ class SequenceTask:
         """The settings a kept draw was made with: one made with others is drawn again."""
         return {"rate": self.config.train.subword_sampling}
 
-    def draw_defaults(self) -> dict[str, Any]:
-        """What a setting of `draw_options` was in draws whose manifest does not name it (made before it existed)."""
-        return {}
-
     @staticmethod
     def sampler_seed(seed: int, epoch: int) -> int:
         """The epoch's seed for SentencePiece's generator (one unsigned integer; repeatable within a process only)."""
@@ -89,9 +86,8 @@ class SequenceTask:
         the same seed gives other pieces in another process (its generator mixes in per-process state; measured with
         sentencepiece 0.2.3). So the main rank draws each epoch once and keeps it in RUN/subwords/epoch-N, which
         every rank reads, and a resumed run reads again: the ranks see the same pieces and a resume is exact. A draw
-        is reused only with the settings (`draw_options`; a setting its manifest lacks counts as its default,
-        `draw_defaults`) and the seed it was made with; draws older than both this epoch and the oldest
-        kept checkpoint are removed (no resume can reach them)."""
+        is reused only with the settings (`draw_options`) and the seed it was made with; draws older than both this
+        epoch and the oldest kept checkpoint are removed (no resume can reach them)."""
         if self.run_dir is None:  # a task made outside `prepare` (no run directory): draw in memory
             return self.sampled_corpus(seed=seed, epoch=epoch)
         folder = self.run_dir / SUBWORDS / f"epoch-{epoch:06d}"
@@ -99,8 +95,7 @@ class SequenceTask:
         if self.main:
             remove_leftovers(folder.parent, "epoch-")  # left by a run killed while saving a draw
             found = read_manifest(folder)
-            defaults = self.draw_defaults()
-            if found is None or {k: found.get(k, defaults.get(k)) for k in made_with} != made_with:
+            if found is None or {k: found.get(k) for k in made_with} != made_with:
                 drawn = self.sampled_corpus(seed=seed, epoch=epoch)
                 with atomic_folder(folder, DRAW, **made_with) as tmp:
                     for part in self.draw_parts():
@@ -222,31 +217,18 @@ class TranslationTask(SequenceTask):
         self._epoch = (config.train.seed, 0)
 
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+        """The epoch's batches, cut from the prepared lengths (under train.subword_sampling each batch is drawn as
+        it is collated, `collate`)."""
         self._epoch = (seed, epoch)  # what the batches collated next are drawn from
-        self.corpus = self.data.splits["train"]
-        if self._kept_epoch_draw(seed, epoch):  # a run resumed across the upgrade: its epoch was cut from that draw
-            self.corpus = self.epoch_corpus(seed=seed, epoch=epoch)
-        elif self.run_dir is not None and self.main and self.config.train.subword_sampling > 0:
-            self._prune_draws(epoch)  # the earlier version's draws, once no checkpoint can return to them
         return make_batches(
             self.corpus.src_lengths, self.corpus.tgt_lengths, max_tokens=max_tokens, seed=seed, epoch=epoch
         )
-
-    def _kept_epoch_draw(self, seed: int, epoch: int) -> bool:
-        """Whether RUN/subwords/epoch-N holds this epoch's whole draw, made (before per-batch sampling) with these
-        settings: a run that version started keeps training on it for the rest of that epoch."""
-        if self.run_dir is None or self.config.train.subword_sampling <= 0:
-            return False
-        found = read_manifest(self.run_dir / SUBWORDS / f"epoch-{epoch:06d}")
-        wanted = {"kind": DRAW, **self.draw_options(), "seed": seed, "epoch": epoch}
-        return found is not None and {k: found.get(k) for k in wanted} == wanted
 
     def collate(self, indices: np.ndarray) -> Batch | list[Batch]:
         """A padded batch; under train.subword_sampling the batch's pairs drawn anew, sorted by their sampled lengths
         and cut again into batches of at most train.max_tokens padded tokens per side (a draw lengthens pairs
         unevenly: uncut, the batch would be padded to its longest draw, about twice the tokens on Multi30k)."""
-        whole_draw = self.corpus is not self.data.splits["train"]  # an earlier version's epoch draw (see batches)
-        if self.config.train.subword_sampling <= 0 or whole_draw:
+        if self.config.train.subword_sampling <= 0:
             return super().collate(indices)
         pairs = self.sampled_pairs(indices, *self._epoch)
         tc = self.config.train

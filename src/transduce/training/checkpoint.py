@@ -26,7 +26,15 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file, save_model
 
-from ..outputs import OutputError, atomic_folder, atomic_write, atomic_write_text, remove_leftovers, remove_own_folder
+from ..outputs import (
+    OutputError,
+    atomic_folder,
+    atomic_write,
+    atomic_write_text,
+    read_manifest,
+    remove_leftovers,
+    remove_own_folder,
+)
 
 __all__ = [
     "CheckpointError",
@@ -266,9 +274,15 @@ def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -
 def find_weights(path: str | Path) -> tuple[Path, Path]:
     """A run directory or a weights file inside one -> (run_dir, weights file).
 
-    For a run directory: best.safetensors if validation kept one, else the newest checkpoint.
+    For a run directory: best.safetensors if validation kept one, else the newest checkpoint. A run of another
+    format (outputs.FORMAT) is refused: every command that reads a model comes here.
     """
-    path = Path(path)
+    run_dir, weights = _locate_weights(Path(path))
+    read_manifest(run_dir)  # refuses a run of another format
+    return run_dir, weights
+
+
+def _locate_weights(path: Path) -> tuple[Path, Path]:
     if path.is_file():
         for run_dir in path.parents:
             if (run_dir / "config.json").is_file():

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from ..config import ConfigError, TrainConfig
 from ..data.batching import update_groups
 from ..model import cpu_speed
-from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_if_bare, write_manifest
+from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_if_bare
 from .budget import TimeBudget, check_time_limit, log_forecast
 from .checkpoint import average_run, checkpoint_dirs, load_checkpoint
 from .distributed import Ranks, all_ranks_sum, broadcast_value, rank_seed, setup_distributed
@@ -87,13 +87,12 @@ def _silent(_: str) -> None:
 
 @contextlib.contextmanager
 def open_run(run_dir: Path, ranks: Ranks, task: str):
-    """Rank 0 claims the run directory (new, empty, or a run of ours for the same task) and holds its lock for the
-    whole training, so that a second training into the same folder is refused instead of racing."""
+    """Rank 0 claims the run directory (new, empty, or a run of ours, of this version's format, for the same task)
+    and holds its lock for the whole training, so that a second training into the same folder is refused instead of
+    racing."""
     if not ranks.main:
         yield
         return
-    if read_manifest(run_dir) is None and (run_dir / "config.json").is_file() and checkpoint_dirs(run_dir):
-        write_manifest(run_dir, "run", task=task)  # a run made before manifests existed: adopt it
     created = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None)  # the topmost new one
     claim_folder(run_dir, "run", task=task)
     manifest = read_manifest(run_dir) or {}
