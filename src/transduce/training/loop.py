@@ -53,7 +53,9 @@ def train_task(task_cls: type[Task], config: Any, run_dir: str | Path, *, quiet:
     ranks, device = setup_distributed(config.train.device)
     check_precision(config.train, device)
     try:
-        with open_run(run_dir, ranks, task_cls.name):
+        # glibc keeps freed blocks for this run only (train.cpu_speed; the setting is the whole process's)
+        keep_memory = device.type == "cpu" and config.train.cpu_speed
+        with open_run(run_dir, ranks, task_cls.name), cpu_speed.freed_memory_kept(keep_memory):
             runlog = RunLog(run_dir, ranks.main, quiet)
             task = task_cls.prepare(
                 config, run_dir, main=ranks.main, log=runlog.text if ranks.main else _silent, barrier=ranks.barrier
