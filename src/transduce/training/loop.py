@@ -46,7 +46,7 @@ class TrainingError(RuntimeError):
 
 
 def train_task(task_cls: type[Task], config: Any, run_dir: str | Path, *, quiet: bool = False) -> dict:
-    """Train (or resume) `task_cls` on `config` (its config_class) in `run_dir`.
+    """Train (or resume) `task_cls` on `config` (its run config: config/registry.py) in `run_dir`.
 
     Returns the final step, why it stopped, the best validation value and the resolved config."""
     run_dir = Path(run_dir)
