@@ -67,6 +67,8 @@ def main() -> None:
 
     BitDropout.forward = switchable
     libc = ctypes.CDLL("libc.so.6") if args.feature == "malloc" else None
+    if libc is None:
+        keep_freed_memory()  # both variants as a CPU training run has it (cpu_speed.freed_memory_kept)
     variants = []
     for name in ("A", "B") if args.feature != "malloc" else ("A",):
         torch.manual_seed(0)

@@ -91,14 +91,29 @@ def test_every_module_has_a_layer():
         _layer(_module(path))  # StopIteration names a module LAYERS does not place
 
 
-def test_the_task_registry_and_the_run_configs_agree():
-    from transduce.config import RUN_CONFIGS
+def test_every_name_in_the_task_registry_resolves():
+    """One table (config/registry.py) names each task's parts; each "module:Name" in it must import and be what
+    the entry says, and the loader's, the trainer's and the server's views are that table."""
+    from transduce.config import RUN_CONFIGS, registry, task_config_class
+    from transduce.serving.app import TaskSpec, served_tasks
     from transduce.tasks import TASKS, task_class
 
-    assert list(TASKS) == list(RUN_CONFIGS)
-    for name in TASKS:
-        assert task_class(name).name == name
-        assert task_class(name).config_class is RUN_CONFIGS[name]
+    assert TASKS is registry.TASKS and RUN_CONFIGS == {n: e.run_config for n, e in registry.TASKS.items()}
+    for name, entry in registry.TASKS.items():
+        assert task_class(name).name == name and task_config_class(name) is entry.run_config
+        assert callable(registry.load(entry.predictor).from_run)
+        assert entry.serving is None or isinstance(registry.load(entry.serving), TaskSpec)
+    assert list(served_tasks()) == [n for n, e in registry.TASKS.items() if e.serving is not None]
+
+
+def test_importing_transduce_imports_no_task():
+    """The registry names tasks by string: loading the config loader (or the package) imports none of them."""
+    import subprocess
+    import sys
+
+    probe = "import sys, transduce, transduce.config; print(sorted(m for m in sys.modules if '.tasks' in m))"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
 
 
 # what only parsing has: its pointer (model/pointer.py, decoding/parser.py) and its trees

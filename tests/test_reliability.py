@@ -382,11 +382,10 @@ def test_a_second_training_into_a_locked_run_is_refused(env, capsys):
 def test_a_full_or_read_only_disk_is_one_line(env, capsys, monkeypatch, errno, needle):
     import transduce.outputs as outputs
 
-    def refuse(*args, dir=None, **kwargs):
-        raise OSError(errno, os.strerror(errno), str(dir))
+    def refuse(parent, prefix, create):  # every temporary file and folder of ours is made there
+        raise OSError(errno, os.strerror(errno), str(parent))
 
-    monkeypatch.setattr(outputs.tempfile, "mkstemp", refuse)
-    monkeypatch.setattr(outputs.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(outputs, "new_beside", refuse)
     before = sorted(p.name for p in env.run.iterdir())
     assert_one_line_error(transduce(capsys, "average", env.run, "--last", "2"), needle)
     assert_one_line_error(transduce(capsys, *[a.format(**vars(env)) for a in PREPARE], "--out", env.tmp / "d"), needle)
@@ -438,10 +437,18 @@ def test_shipped_recipes_load_by_name_from_any_directory(env):
     assert load_config("multi30k").data.train == load_config("multi30k.toml").data.train == "multi30k/train"
 
 
-def test_run_files_follow_the_umask(tmp_path, toy_corpus, capsys, monkeypatch):
-    import transduce.outputs as outputs
+def test_importing_never_sets_the_umask():
+    """os.umask changes the whole process (another thread creating a file meanwhile gets the mode set): importing
+    transduce's writers must not call it, as the old import-time read of the umask did."""
+    probe = (
+        "import os; calls = []; real = os.umask; os.umask = lambda m: calls.append(m) or real(m); "
+        "import transduce.outputs, transduce.training.checkpoint, transduce.cli; print(calls)"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
 
-    monkeypatch.setattr(outputs, "UMASK", 0o027)  # what the module reads at import, for this test's umask
+
+def test_run_files_follow_the_umask(tmp_path, toy_corpus, capsys):
     old = os.umask(0o027)
     try:
         recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=2, save_every=2)

@@ -183,6 +183,27 @@ def test_translator_keeps_input_order_and_empty_lines(trained_run):
     assert sum(bool(t) and t == t.upper() for t in batched) >= 8
 
 
+def test_cut_sources_keeps_room_for_eos_within_the_positions():
+    from transduce.decoding.front import cut_sources
+
+    sources, cut = cut_sources([[5] * 4, [6] * 3, [7] * 2], max_len=5)  # ids + EOS <= 4
+    assert sources == [[5] * 3, [6] * 3, [7] * 2] and cut == [0]
+
+
+def test_a_call_returns_which_inputs_it_cut_and_keeps_no_state(trained_run):
+    """The truncation note is the call's result (Decoded), not an attribute the last call left on the translator."""
+    from transduce.decoding.translator import Translator
+
+    run, _ = trained_run
+    translator = Translator.from_run(run)
+    decoded = translator.decode_lines(["", " ".join(["dog"] * 200), "the dog"], beam=2, nbest=2)
+    assert decoded.truncated == [1] and decoded.hypotheses[0] == []
+    alone = translator.translate_nbest("the dog", beam=2, nbest=2)  # batched apart: scores equal to rounding
+    assert [h.tokens for h in decoded.hypotheses[2]] == [h.tokens for h in alone] and len(alone) == 2
+    assert translator.decode_lines(["the dog"]).truncated == []
+    assert not hasattr(translator, "truncated")
+
+
 def test_translate_cli_streams_line_for_line(trained_run, tmp_path):
     run, corpus = trained_run
     lines = (corpus / "test.en").read_text().splitlines()[:6]

@@ -54,7 +54,7 @@ def test_linear_decay_schedule():
 
 MALLOC_PROBE = """
 import ctypes, json
-from transduce.model.cpu_speed import keep_freed_memory
+from transduce.model.cpu_speed import freed_memory_kept
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
@@ -73,22 +73,28 @@ def mapped(size):
     return grew
 
 default = mapped(16 << 20)
-applied = keep_freed_memory()
-print(json.dumps([default, applied, mapped(16 << 20), mapped(64 << 20)]))
+with freed_memory_kept() as applied:
+    kept = [mapped(16 << 20), mapped(64 << 20)]
+after = [mapped(16 << 20), mapped(16 << 20)]
+with freed_memory_kept(False) as skipped:
+    off = mapped(16 << 20)
+print(json.dumps([default, applied, *kept, *after, skipped, off]))
 """
 
 
 def test_malloc_setting_keeps_blocks_below_32_mb_off_mmap():
     """What keep_freed_memory sets, observed in a fresh process (mallinfo2's hblks counts mapped blocks): by default
-    glibc maps a 16 MB block (its pages are faulted in anew every time); after, 16 MB comes from the heap and is
-    reused, while 64 MB (above the 32 MB threshold set) is still mapped."""
+    glibc maps a 16 MB block (its pages are faulted in anew every time); inside freed_memory_kept, 16 MB comes from
+    the heap and is reused, while 64 MB (above the 32 MB threshold set) is still mapped. After it, the 128 KB
+    defaults are back: one more 16 MB block comes from the heap's kept top, whose free now trims it, and the next is
+    mapped again (glibc's dynamic threshold, raised by the first free, would take it from the heap)."""
     import platform
 
     if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
         assert keep_freed_memory() is False
         return
     proc = subprocess.run([sys.executable, "-c", MALLOC_PROBE], capture_output=True, text=True, check=True)
-    assert json.loads(proc.stdout) == [1, True, 0, 1]
+    assert json.loads(proc.stdout) == [1, True, 0, 1, 0, 1, False, 1]
 
 
 def test_logits_workspace_gives_the_same_loss_and_gradients():

@@ -5,7 +5,9 @@ manifest, `transduce-manifest.json`, naming what kind of output it is. A destina
 replaced or written into when it is provably ours (its manifest says so) or an empty folder; anything else is
 refused with a one-line `OutputError`. Replacing our own output stays atomic: the new content is written beside the
 target under a temporary name, the old one is renamed aside, the new one renamed in, and only then is the old one
-(ours) removed. Files get the permissions the user's umask gives (temporary files are created 0600/0700).
+(ours) removed. Files get the permissions the user's umask gives: temporary files and folders are created with
+the modes open() and mkdir() use (0666, 0777), which the kernel reduces by the umask, so the umask is never read or
+set here (reading it means setting it: os.umask, a process-wide change other threads would see).
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 MANIFEST = "transduce-manifest.json"
@@ -26,18 +28,26 @@ class OutputError(ValueError):
     """A destination transduce refuses to write (not its own output, not a folder, locked by another process)."""
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def new_beside(parent: Path, prefix: str, create: Callable[[Path], object]) -> Path:
+    """`create` an entry under an unused name `prefix` + 8 random hex digits in `parent` (tempfile's naming, without
+    its 0600/0700 modes); `create` raises FileExistsError when the name is taken."""
+    for _ in range(100):
+        path = parent / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            create(path)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{parent}: no unused temporary name {prefix}* after 100 tries")
 
 
-UMASK = _umask()  # read once, at import (os.umask can only be read by setting it)
+def _temp_folder(parent: Path, prefix: str) -> Path:
+    return new_beside(parent, prefix, lambda path: os.mkdir(path, 0o777))  # 0777 less the umask, as mkdir(1)
 
 
-def apply_umask(path: str | Path, *, directory: bool = False) -> None:
-    """Give a file made by mkstemp/mkdtemp (0600/0700) the mode an ordinary open()/mkdir() would have."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~UMASK)
+def _temp_file(parent: Path, prefix: str) -> Path:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    return new_beside(parent, prefix, lambda path: os.close(os.open(path, flags, 0o666)))  # less the umask
 
 
 # The layout of run and prepared-data folders, written in their manifests. A folder of another format is refused in
@@ -120,14 +130,16 @@ def atomic_folder(final: str | Path, kind: str, **extra) -> Iterator[Path]:
     final = Path(final)
     check_replaceable(final, kind)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    tmp = _temp_folder(final.parent, f".tmp-{final.name}-")
     try:
-        apply_umask(tmp, directory=True)
         yield tmp
         # the manifest lists what we wrote: anything else found in the folder later is the user's, and is kept
         write_manifest(tmp, kind, **extra, files=sorted(p.name for p in tmp.iterdir()))
-        for path in tmp.rglob("*"):  # some writers (safetensors) create files 0600 whatever the umask
-            apply_umask(path, directory=path.is_dir())
+        # some writers (safetensors) create files 0600 whatever the umask: everything gets the modes open() and
+        # mkdir() give, found from the folder's own (0777 less the umask; files without the execute bits)
+        folder_mode = tmp.stat().st_mode & 0o777
+        for path in tmp.rglob("*"):
+            os.chmod(path, folder_mode if path.is_dir() else folder_mode & 0o666)
         _replace_folder(tmp, final, kind)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -147,7 +159,7 @@ def _replace_folder(new: Path, final: Path, kind: str) -> None:
                 f"{final / name}: not made by transduce, and the new output has an entry of that name; move it "
                 "elsewhere and run again (nothing was changed)"
             )
-    aside = Path(tempfile.mkdtemp(prefix=f".old-{final.name}-", dir=final.parent))
+    aside = _temp_folder(final.parent, f".old-{final.name}-")
     os.replace(final, aside / final.name)  # our old output, moved aside (same filesystem: a rename)
     os.replace(new, final)
     for name in theirs:  # what the user put in our folder goes on living there
@@ -184,14 +196,14 @@ def atomic_write(path: str | Path, write) -> None:
     """Call write(tmp) for a temporary file beside `path`, then rename it into place (umask permissions)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
+    tmp = _temp_file(path.parent, f".{path.name}.")
     try:
-        write(tmp)
-        apply_umask(tmp)
+        mode = tmp.stat().st_mode & 0o777  # 0666 less the umask
+        write(str(tmp))
+        os.chmod(tmp, mode)  # a writer may have made it anew with its own mode (safetensors: 0600)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -215,7 +227,7 @@ LOCK = ".transduce.lock"
 def exclusive(folder: str | Path, what: str = "training") -> Iterator[None]:
     """Hold an exclusive lock on `folder` (flock on FOLDER/.transduce.lock); a second writer is refused at once."""
     path = Path(folder) / LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~UMASK)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask, by the kernel
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -34,7 +34,7 @@ def cmd_translate(args) -> int:
         translator = Translator.from_runs([args.run, *args.ensemble], device=args.device)
         max_len = translator.model.config.max_len
     progress = not sys.stdout.isatty() and not args.quiet
-    results = translator.translate_nbest(
+    decoded = translator.decode_lines(
         lines,
         beam=args.beam,
         alpha=args.alpha,
@@ -45,13 +45,13 @@ def cmd_translate(args) -> int:
         progress=progress,
         **({} if args.patience is None else {"patience": args.patience}),
     )
-    for i in translator.truncated:
+    for i in decoded.truncated:
         print(
             f"warning: line {i + 1}: longer than the model's {max_len} positions; translated after truncation",
             file=sys.stderr,
         )
     out = sys.stdout
-    for i, hyps in enumerate(results):
+    for i, hyps in enumerate(decoded.hypotheses):
         if args.nbest == 1:
             out.write((hyps[0].text if hyps else "") + "\n")
         else:

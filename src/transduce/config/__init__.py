@@ -3,8 +3,9 @@
 - sections.py: the shared `model` and `train` sections (the paper's base model as defaults), translation's
   `data` and `decode` sections and its run config, `Config`;
 - parsing.py, classification.py: the other tasks' run configs;
+- registry.py: the task registry, one line per task (its run config, Task, predictor and server spec);
 - loading.py: TOML recipes, `--set section.key=value` overrides, a run's config.json; a recipe's `task` key picks
-  the run config (RUN_CONFIGS).
+  the run config (from the registry; RUN_CONFIGS is its view name -> class).
 
 This package is the bottom layer: it imports nothing else of transduce but outputs.py (docs/architecture.md).
 """

@@ -1,8 +1,8 @@
 """Reading configs: TOML recipes (a path or a shipped recipe's name) with `--set section.key=value` overrides, and a
 run's saved config.json. Unknown keys and wrong types are refused with the offending key named (no silent ignore).
 
-Which run config a recipe builds is its top-level `task` key (default "translation"): `RUN_CONFIGS` maps it to the
-class. The Task that trains each (tasks/) is found by the same name in tasks.TASKS.
+Which run config a recipe builds is its top-level `task` key (default "translation"): the task registry
+(registry.py) names its class, as it names the Task that trains it.
 """
 
 from __future__ import annotations
@@ -14,21 +14,16 @@ import types
 import typing
 from pathlib import Path
 
-from .classification import ClassifierRunConfig
-from .parsing import ParsingRunConfig
-from .sections import Config, ConfigError
+from . import registry
+from .sections import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
-# a recipe's `task` -> the frozen dataclass of its run config
-RUN_CONFIGS: dict[str, type] = {
-    "translation": Config,
-    "classification": ClassifierRunConfig,
-    "parsing": ParsingRunConfig,
-}
+# a recipe's `task` -> the frozen dataclass of its run config: a view of the registry, not a second table
+RUN_CONFIGS: dict[str, type] = {name: task.run_config for name, task in registry.TASKS.items()}
 
 
 def _coerce(value, annotation, key: str):
@@ -85,16 +80,13 @@ def _build_section(cls, values: dict, section: str):
 
 def task_config_class(task: str | None):
     """The config class of a task name ("translation" when None): a recipe's top-level `task` key chooses it."""
-    name = task or "translation"
-    if name not in RUN_CONFIGS:
-        raise ConfigError(f"unknown task {name!r} (known: {', '.join(RUN_CONFIGS)})")
-    return RUN_CONFIGS[name]
+    return registry.entry(task or registry.DEFAULT_TASK).run_config
 
 
 def task_name(config) -> str:
     """The task a config object trains (the inverse of task_config_class)."""
-    for name, cls in RUN_CONFIGS.items():
-        if isinstance(config, cls):
+    for name, task in registry.TASKS.items():
+        if isinstance(config, task.run_config):
             return name
     raise ConfigError(f"no task trains a {type(config).__name__}")
 

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast, overload
 
 import torch
-from tqdm import tqdm
 
 from ..config import Config, DecodeConfig, read_config
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ..device import pick_device
 from ..model import Transformer
 from ..training.checkpoint import find_weights, load_weights
+from . import front
 from .ensemble import Ensemble
-from .mbr import mbr_rerank
+from .front import Decoded, Translation
 from .search import beam_search, greedy_search
+
+__all__ = ["AttentionMaps", "Decoded", "Translation", "Translator"]
 
 
 def _languages(path: str | Path) -> tuple[str, str]:
@@ -42,13 +43,6 @@ class AttentionMaps:
     cross: torch.Tensor  # (L, H, T, S)
 
 
-@dataclass
-class Translation:
-    text: str
-    score: float
-    tokens: list[int]
-
-
 class Translator:
     def __init__(
         self, model: Transformer | Ensemble, tokenizer: Tokenizer, *, decode: DecodeConfig | None = None
@@ -57,7 +51,6 @@ class Translator:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, the model {model.config.vocab_size}")
         self.model, self.tokenizer = model, tokenizer
         self.decode = decode or DecodeConfig()
-        self.truncated: list[int] = []  # input indices cut to the model's max length in the last call
 
     @classmethod
     def from_run(cls, path: str | Path, *, device: str = "auto") -> Translator:
@@ -98,16 +91,12 @@ class Translator:
         return next(self.model.parameters()).device
 
     def encode_sources(self, sentences: list[str]) -> list[list[int]]:
-        """Token ids + EOS, cut to what the model's positions allow (indices recorded in self.truncated)."""
-        limit = self.model.config.max_len - 1
-        self.truncated = []
-        out = []
-        for i, ids in enumerate(self.tokenizer.encode(sentences)):
-            if len(ids) + 1 > limit:
-                self.truncated.append(i)
-                ids = ids[: limit - 1]
-            out.append(ids + [EOS_ID])
-        return out
+        """Token ids + EOS, cut to what the model's positions allow (`front.cut_sources`)."""
+        return self._cut_sources(sentences)[0]
+
+    def _cut_sources(self, sentences: list[str]) -> tuple[list[list[int]], list[int]]:
+        sources, cut = front.cut_sources(self.tokenizer.encode(sentences), self.model.config.max_len)
+        return [ids + [EOS_ID] for ids in sources], cut
 
     def _batches(self, sources: list[list[int]], batch_tokens: int) -> list[list[int]]:
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
@@ -139,13 +128,13 @@ class Translator:
     def translate_nbest(self, sentences: Sequence[str], **kwargs: Any) -> list[list[Translation]]: ...
 
     def translate_nbest(self, sentences, **kwargs):
-        """Per sentence, its `nbest` best translations, best first (see `_translate_nbest`). One string is one
+        """Per sentence, its `nbest` best translations, best first (see `decode_lines`). One string is one
         sentence: its list of translations comes back (a list of strings gets a list per sentence)."""
         if isinstance(sentences, str):
-            return self._translate_nbest([sentences], **kwargs)[0]
-        return self._translate_nbest(list(sentences), **kwargs)
+            return self.decode_lines([sentences], **kwargs).hypotheses[0]
+        return self.decode_lines(list(sentences), **kwargs).hypotheses
 
-    def _translate_nbest(
+    def decode_lines(
         self,
         sentences: list[str],
         *,
@@ -157,48 +146,54 @@ class Translator:
         mbr: str | None = None,
         patience: float | None = None,
         progress: bool = False,
-    ) -> list[list[Translation]]:
-        """Per sentence, its `nbest` best translations, best first; an empty line gets an empty list. With `mbr`
-        ("bleu"/"chrf"; default the run's decode.mbr) the beam's hypotheses are reordered by expected utility."""
-        d = self.decode
-        beam = d.beam if beam is None else beam
-        alpha = d.alpha if alpha is None else alpha
-        penalty = d.length_penalty if length_penalty is None else length_penalty
-        batch_tokens = d.batch_tokens if batch_tokens is None else batch_tokens
-        mbr = d.mbr if mbr is None else mbr
-        patience = d.patience if patience is None else patience
-        from ..config import ConfigError, check_patience
-
-        if not 1 <= nbest <= beam:
-            raise ConfigError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
-        keep, nbest = nbest, (beam if mbr != "none" else nbest)  # MBR chooses among all the beam finishes
-        check_patience(patience, beam, nbest)
-        results: list[list[Translation]] = [[] for _ in sentences]
-        todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
-        sources = self.encode_sources([sentences[i] for i in todo])
-        self.truncated = [todo[j] for j in self.truncated]
+    ) -> Decoded:
+        """Per sentence, its `nbest` best translations, best first (an empty line gets an empty list), and which
+        sentences were cut to the model's positions. Options left None are the run's decode.* settings; with `mbr`
+        ("bleu"/"chrf") the beam's hypotheses are reordered by expected utility (decoding/front.py)."""
+        settings = front.options(
+            self.decode,
+            beam=beam,
+            alpha=alpha,
+            nbest=nbest,
+            batch_tokens=batch_tokens,
+            length_penalty=length_penalty,
+            mbr=mbr,
+            patience=patience,
+        )
         was_training = self.model.training
         self.model.eval()
-        bar = tqdm(total=len(sentences), unit="sent", disable=not progress, file=sys.stderr, leave=False)
         try:
-            for batch in self._batches(sources, batch_tokens):
-                src = self._padded([sources[i] for i in batch])
-                search: dict[str, Any] = dict(
-                    alpha=alpha, length_penalty_kind=penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b
-                )
-                if beam == 1 and nbest == 1:
-                    hyps = greedy_search(self.model, src, **search)
-                else:
-                    hyps = beam_search(self.model, src, beam=beam, nbest=nbest, patience=patience, **search)
-                for j, sent_hyps in zip(batch, hyps):
-                    texts = self.tokenizer.decode([h.tokens for h in sent_hyps])
-                    found = [Translation(t, h.score, h.tokens) for t, h in zip(texts, sent_hyps)]
-                    results[todo[j]] = mbr_rerank(found, mbr)[:keep]
-                bar.update(len(batch))
+            return front.decode_lines(
+                sentences,
+                settings,
+                encode=self._cut_sources,
+                groups=lambda sources: self._batches(sources, settings.batch_tokens),
+                search=lambda sources: self._search(sources, settings),
+                progress=progress,
+            )
         finally:
-            bar.close()
             self.model.train(was_training)
-        return results
+
+    def _search(self, sources: list[list[int]], settings: front.Options) -> list[list[Translation]]:
+        """One batch through greedy or beam search: per source its `settings.nbest` hypotheses, best first."""
+        d, src = self.decode, self._padded(sources)
+        search: dict[str, Any] = dict(
+            alpha=settings.alpha,
+            length_penalty_kind=settings.length_penalty,
+            max_len_a=d.max_len_a,
+            max_len_b=d.max_len_b,
+        )
+        if settings.beam == 1 and settings.nbest == 1:
+            hyps = greedy_search(self.model, src, **search)
+        else:
+            hyps = beam_search(
+                self.model, src, beam=settings.beam, nbest=settings.nbest, patience=settings.patience, **search
+            )
+        out = []
+        for sent_hyps in hyps:
+            texts = self.tokenizer.decode([h.tokens for h in sent_hyps])
+            out.append([Translation(t, h.score, h.tokens) for t, h in zip(texts, sent_hyps)])
+        return out
 
     @overload
     def translate(self, sentences: str, **kwargs: Any) -> str: ...
@@ -211,7 +206,7 @@ class Translator:
         string is one sentence: its translation comes back as a string."""
         if isinstance(sentences, str):
             return self.translate([sentences], **kwargs)[0]
-        return [hyps[0].text if hyps else "" for hyps in self._translate_nbest(list(sentences), **kwargs)]
+        return [hyps[0].text if hyps else "" for hyps in self.decode_lines(list(sentences), **kwargs).hypotheses]
 
     @torch.no_grad()
     def attention(self, source: str, target: str | None = None) -> AttentionMaps:

@@ -50,7 +50,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -58,13 +57,12 @@ from types import ModuleType
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from ..config import Config, ConfigError, DecodeConfig, ModelConfig, read_config
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from ..decoding.mbr import mbr_rerank
+from ..decoding import front
+from ..decoding.front import Decoded, Translation
 from ..decoding.search import length_penalty
-from ..decoding.translator import Translation
 from ..model import Transformer
 from ..outputs import MANIFEST, atomic_folder, check_replaceable, read_manifest
 from ..training.checkpoint import find_weights, load_weights
@@ -307,7 +305,7 @@ class CTranslate2Translator:
     output length of the longest source. `exact=True` reproduces our search's output: one call per source length
     (each its own maximum) and patience 4 (the engine ends a sentence after beam x patience finished hypotheses;
     4 decodes a little longer and brings it to our search's result, see above). `patience` overrides either.
-    Thread-safe as the engine is, apart from `truncated`, which describes the last call.
+    Thread-safe as the engine is.
     """
 
     def __init__(
@@ -342,7 +340,6 @@ class CTranslate2Translator:
         self.engine = ct2.Translator(str(folder), device=device, compute_type=self.compute_type, intra_threads=threads)
         self.exact = exact
         self.patience = (4.0 if exact else 1.0) if patience is None else patience
-        self.truncated: list[int] = []  # input indices cut to the model's max length in the last call
 
     @classmethod
     def from_run(cls, path: str | Path, *, quantization: str | None = None, **kwargs) -> CTranslate2Translator:
@@ -356,14 +353,10 @@ class CTranslate2Translator:
 
     def encode_sources(self, sentences: list[str]) -> list[list[int]]:
         """Token ids (without EOS: the engine adds it), cut as `Translator.encode_sources` cuts them."""
-        limit = self.max_len - 1
-        self.truncated, out = [], []
-        for i, ids in enumerate(self.tokenizer.encode(sentences)):
-            if len(ids) + 1 > limit:
-                self.truncated.append(i)
-                ids = ids[: limit - 1]
-            out.append(ids)
-        return out
+        return self._cut_sources(sentences)[0]
+
+    def _cut_sources(self, sentences: list[str]) -> tuple[list[list[int]], list[int]]:
+        return front.cut_sources(self.tokenizer.encode(sentences), self.max_len)
 
     def max_output(self, source_length: int) -> int:
         """Output tokens allowed, EOS included: `search._max_lengths`'s rule, in the same float32 arithmetic."""
@@ -371,7 +364,11 @@ class CTranslate2Translator:
         length = int(np.float32(d.max_len_a) * np.float32(source_length) + np.float32(d.max_len_b))
         return min(max(length, 1), self.max_len - 1)
 
-    def translate_nbest(
+    def translate_nbest(self, sentences: list[str], **kwargs) -> list[list[Translation]]:
+        """Per sentence, its `nbest` best translations, best first (see `decode_lines`)."""
+        return self.decode_lines(sentences, **kwargs).hypotheses
+
+    def decode_lines(
         self,
         sentences: list[str],
         *,
@@ -382,35 +379,33 @@ class CTranslate2Translator:
         length_penalty: str | None = None,
         mbr: str | None = None,
         progress: bool = False,
-    ) -> list[list[Translation]]:
-        """Per sentence, its `nbest` best translations, best first; an empty line gets an empty list. `mbr` as in
-        `Translator.translate_nbest`."""
-        d = self.decode
-        beam = d.beam if beam is None else beam
-        mbr = d.mbr if mbr is None else mbr
-        if not 1 <= nbest <= beam:
-            raise ConfigError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
-        keep, nbest = nbest, (beam if mbr != "none" else nbest)
-        search = _search(
+    ) -> Decoded:
+        """`Translator.decode_lines` (decoding/front.py) on the engine; its patience is this translator's."""
+        settings = front.options(
+            self.decode,
             beam=beam,
+            alpha=alpha,
             nbest=nbest,
-            alpha=d.alpha if alpha is None else alpha,
+            batch_tokens=batch_tokens,
+            length_penalty=length_penalty,
+            mbr=mbr,
             patience=self.patience,
-            penalty=d.length_penalty if length_penalty is None else length_penalty,
         )
-        batch_tokens = d.batch_tokens if batch_tokens is None else batch_tokens
-        results: list[list[Translation]] = [[] for _ in sentences]
-        todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
-        sources = self.encode_sources([sentences[i] for i in todo])
-        self.truncated = [todo[j] for j in self.truncated]
-        with tqdm(total=len(sentences), unit="sent", disable=not progress, file=sys.stderr, leave=False) as bar:
-            for members in self._calls(sources):
-                longest = max(len(sources[j]) for j in members)
-                hyps = self._decode([sources[j] for j in members], self.max_output(longest), batch_tokens, search)
-                for j, sentence_hyps in zip(members, hyps):
-                    results[todo[j]] = mbr_rerank(sentence_hyps, mbr)[:keep]
-                bar.update(len(members))
-        return results
+        search = _search(
+            beam=settings.beam,
+            nbest=settings.nbest,
+            alpha=settings.alpha,
+            patience=settings.patience,
+            penalty=settings.length_penalty,
+        )
+
+        def decode(sources: list[list[int]]) -> list[list[Translation]]:
+            longest = max(len(ids) for ids in sources)
+            return self._decode(sources, self.max_output(longest), settings.batch_tokens, search)
+
+        return front.decode_lines(
+            sentences, settings, encode=self._cut_sources, groups=self._calls, search=decode, progress=progress
+        )
 
     def _calls(self, sources: list[list[int]]) -> list[list[int]]:
         """Positions in `sources` per engine call: all in one (the default), or one call per source length, longest

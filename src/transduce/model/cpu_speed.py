@@ -1,6 +1,7 @@
 """Speed measures for training on CPU, kept apart so that transformer.py reads as the paper (train.cpu_speed).
 
-The training loop applies them (`apply`) when it trains on CPU and `train.cpu_speed` is true (the default); they
+The training loop applies them when it trains on CPU and `train.cpu_speed` is true (the default): `apply` to the
+model, `freed_memory_kept` around the run (the allocator setting is the process's, so it is restored at the end); they
 change how fast a step runs, not what it computes (dropout draws a different random stream). Each is justified by
 a measurement of `benchmarks/train_step_ab.py`, which runs one step with the measure off and on, batches
 interleaved, in one process (docs/experiments.md, 2 AMD EPYC cores, m30k-d256 on Multi30k, 4,500 tokens per batch):
@@ -24,9 +25,11 @@ widened to a float32 (N, V) copy and bfloat16 attention it was 1.36x.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import platform
 import sys
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -35,12 +38,15 @@ from torch import Tensor, nn
 from .transformer import Transformer
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3) parameters, from <malloc.h>
+# glibc's starting values of both (mallopt(3): "The default value ... is 128*1024"), restored after a run: glibc has
+# no call that reads a mallopt parameter back (mallinfo2 and malloc_info report usage, not settings)
+MALLOC_DEFAULTS = {M_MMAP_THRESHOLD: 128 << 10, M_TRIM_THRESHOLD: 128 << 10}
 
 
 def apply(model: nn.Module, *, workspace_rows: int) -> nn.Module:
-    """Every measure, on a model about to be trained on CPU: its dropout modules become `BitDropout`, a
-    Transformer's output projection a `WorkspaceLinear` reserved for `workspace_rows` rows, and glibc keeps freed
-    memory. Returns the model
+    """The model's measures, on a model about to be trained on CPU: its dropout modules become `BitDropout`, and a
+    Transformer's output projection a `WorkspaceLinear` reserved for `workspace_rows` rows (the allocator's measure,
+    the process's, is scoped by `freed_memory_kept`). Returns the model
     (changed in place; parameters and state_dict keys are unchanged)."""
     for module in list(model.modules()):
         for name, child in module.named_children():
@@ -50,7 +56,6 @@ def apply(model: nn.Module, *, workspace_rows: int) -> nn.Module:
         weight = model.output.weight
         assert isinstance(weight, nn.Parameter), "the output projection's weight is a model parameter"
         model.output = WorkspaceLinear(weight, rows=workspace_rows)
-    keep_freed_memory()
     return model
 
 
@@ -168,12 +173,36 @@ def keep_freed_memory() -> bool:
     A training step allocates and frees the same activations every step; by default glibc maps each large one
     afresh, and the kernel then faults in and zeroes every 4 KB page again (about 100,000 faults per m30k-d256 step).
     With these two mallopt(3) settings the faults drop twelve-fold. The process keeps its peak memory instead of
-    shrinking between steps. Returns whether applied.
+    shrinking between steps. Returns whether applied. For the process from then on: a run scopes it with
+    `freed_memory_kept`.
     """
+    return _mallopt({M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 1 << 30})
+
+
+@contextlib.contextmanager
+def freed_memory_kept(enabled: bool = True) -> Iterator[bool]:
+    """`keep_freed_memory` for the block only (when `enabled`); yields whether it was applied.
+
+    On leaving, both thresholds go back to glibc's defaults (`MALLOC_DEFAULTS`), as the values before cannot be
+    read. Two differences from a process that never called mallopt remain: a value the environment had set
+    (GLIBC_TUNABLES=glibc.malloc.mmap_threshold=..., MALLOC_MMAP_THRESHOLD_) is replaced by the default, and glibc's
+    dynamic mmap threshold (raised each time a mapped block is freed) stays off, as after any mallopt of these
+    parameters (mallopt(3), M_MMAP_THRESHOLD): blocks over 128 KB are mapped, as at start-up.
+    """
+    applied = enabled and keep_freed_memory()
+    try:
+        yield applied
+    finally:
+        if applied:
+            _mallopt(MALLOC_DEFAULTS)
+
+
+def _mallopt(settings: dict[int, int]) -> bool:
+    """Set mallopt(3) parameters on Linux/glibc; whether every one was set (False elsewhere)."""
     if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
+    return all([bool(libc.mallopt(param, value)) for param, value in settings.items()])

@@ -7,8 +7,9 @@ Every error is JSON, `{"error": {"code", "message", ...}}`, and an error caused 
 (`"limit": "max_sentences", "max": 64`): a client should learn which knob it hit without reading server logs.
 
 The service behind the routes (limits, batching, loading a run) is service.py; the JSON bodies are messages.py.
-A task is an entry in TASKS: how to recognise its predictor, how to run a batch of it, and its routes. Serving a
-new kind of model is one more entry and one route function (the parser was added that way).
+A served task is a TaskSpec here (how to recognise its predictor, how to run a batch of it, its routes), named by
+its line in the task registry (config/registry.py): serving a new kind of model is one more spec, its route
+function, and the registry line naming it (the parser was added that way).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
+from ..config import registry
+from ..config.registry import load
 from .batcher import DynamicBatcher, RunBatch
 from .messages import (
     AttentionRequest,
@@ -195,35 +198,38 @@ class TaskSpec:
     describe: Callable[[Any], dict[str, Any]]  # what /v1/info adds for this task (the page reads it)
 
 
-# Checked in this order: the first whose `serves` accepts the predictor serves it.
-TASKS: dict[str, TaskSpec] = {
-    "classification": TaskSpec(
-        lambda p: hasattr(p, "predict_proba") and hasattr(p, "labels"),
-        classification_batch,
-        classification_routes,
-        lambda p: {"labels": list(p.labels)},
-    ),
-    "translation": TaskSpec(
-        lambda p: hasattr(p, "translate_nbest"),
-        translation_batch,
-        translation_routes,
-        lambda p: {"decode_defaults": asdict(decode_defaults(p)), "attention": hasattr(p, "attention")},
-    ),
-    "parsing": TaskSpec(
-        lambda p: hasattr(p, "parse_trees"),
-        parsing_batch,
-        parsing_routes,
-        lambda p: {"decode_defaults": asdict(decode_defaults(p)), "attention": hasattr(p, "attention")},
-    ),
-}
+TRANSLATION = TaskSpec(
+    lambda p: hasattr(p, "translate_nbest"),
+    translation_batch,
+    translation_routes,
+    lambda p: {"decode_defaults": asdict(decode_defaults(p)), "attention": hasattr(p, "attention")},
+)
+CLASSIFICATION = TaskSpec(
+    lambda p: hasattr(p, "predict_proba") and hasattr(p, "labels"),
+    classification_batch,
+    classification_routes,
+    lambda p: {"labels": list(p.labels)},
+)
+PARSING = TaskSpec(
+    lambda p: hasattr(p, "parse_trees"),
+    parsing_batch,
+    parsing_routes,
+    lambda p: {"decode_defaults": asdict(decode_defaults(p)), "attention": hasattr(p, "attention")},
+)
+
+
+def served_tasks() -> dict[str, TaskSpec]:
+    """The registry's served tasks, in its order (their `serves` tests exclude each other for our predictors)."""
+    return {name: load(task.serving) for name, task in registry.TASKS.items() if task.serving is not None}
 
 
 def task_of(predictor: Any) -> str:
-    for name, spec in TASKS.items():
+    tasks = served_tasks()
+    for name, spec in tasks.items():
         if spec.serves(predictor):
             return name
     raise TypeError(
-        f"cannot serve a {type(predictor).__name__}: it has none of the methods of {', '.join(TASKS)} predictors"
+        f"cannot serve a {type(predictor).__name__}: it has none of the methods of {', '.join(tasks)} predictors"
     )
 
 
@@ -366,7 +372,7 @@ def create_app(
     metadata: what /v1/info adds about the run (e.g. {"languages": {"source": "en", "target": "de"}}).
     """
     task, limits = task_of(predictor), limits or Limits()
-    spec = TASKS[task]
+    spec = served_tasks()[task]
     batcher = DynamicBatcher(
         spec.run_batch(predictor, batch_tokens),
         max_tokens=batch_tokens,

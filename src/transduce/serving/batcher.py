@@ -12,7 +12,7 @@ model works. Requests that arrive during a model call are what the next call bat
 request: a handler only awaits its own future.
 
 One worker thread on purpose: the model's own kernels already use every core, and two calls at once on one
-model would race on state a call keeps (recorded attention weights, truncation notes).
+model would race on state a call keeps (recorded attention weights).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class Service:
     batcher: DynamicBatcher
     batching: bool
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    describe: Callable[[Any], dict[str, Any]] = lambda _: {}  # what the task adds to /v1/info (app.TASKS)
+    describe: Callable[[Any], dict[str, Any]] = lambda _: {}  # what the task adds to /v1/info (its app.TaskSpec)
 
     async def within_timeout(self, work: Awaitable[T]) -> T:
         try:
@@ -224,9 +224,9 @@ ENGINES = ("torch", "ctranslate2")
 
 
 def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str] | None]:
-    """The run's name, its kind ("translation", "parsing" or "classifier") and its languages (None when it has
-    none), read from the run's config.json, or for a CTranslate2 export folder (which keeps no run config) from its
-    manifest."""
+    """The run's name, its task (a name of the task registry) and its languages (None when it has none), read from
+    the run's config.json (its "task"; a config without one is a classifier's when it has a "head" section), or for
+    a CTranslate2 export folder (which keeps no run config) from its manifest."""
     from ..outputs import read_manifest
     from ..training.checkpoint import find_weights
 
@@ -241,7 +241,7 @@ def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str
             return Path(run).resolve().name, "translation", languages(named.get("source"), named.get("target"))
     run_dir = find_weights(run)[0]
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    kind = "parsing" if config.get("task") == "parsing" else "classifier" if "head" in config else "translation"
+    kind = config.get("task") or ("classification" if "head" in config else "translation")
     data = config.get("data", {})
     return run_dir.resolve().name, kind, languages(data.get("src"), data.get("tgt"))
 
@@ -249,9 +249,9 @@ def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str
 def load_predictor(
     run: str | Path, *, engine: str = "torch", device: str = "auto", exact: bool = False, threads: int = 0
 ) -> tuple[Any, dict[str, Any]]:
-    """The predictor for a run directory (a parsing run's config says `"task": "parsing"`, a classifier run has a
-    "head" section; engine "ctranslate2" also takes an export folder) and what /v1/info should tell of it."""
-    from ..config import ConfigError
+    """The predictor for a run directory (its task's, from the task registry; engine "ctranslate2" also takes an
+    export folder) and what /v1/info should tell of it."""
+    from ..config import ConfigError, registry
 
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
@@ -265,22 +265,12 @@ def load_predictor(
         import torch
 
         torch.set_num_threads(threads)
-    if kind == "parsing":
-        from ..decoding.parser import Parser
-
-        predictor = Parser.from_run(run, device=device)
-    elif kind == "classifier":
-        from ..decoding.classifier import Classifier
-
-        predictor = Classifier.from_run(run, device=device)
-    elif engine == "ctranslate2":
+    if kind == "translation" and engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Translator
 
         predictor = CTranslate2Translator.from_run(run, device=device, exact=exact, threads=threads)
     else:
-        from ..decoding.translator import Translator
-
-        predictor = Translator.from_run(run, device=device)
+        predictor = registry.load(registry.entry(kind).predictor).from_run(run, device=device)
     metadata: dict[str, Any] = {"run": name}
     if languages is not None:
         metadata["languages"] = languages

@@ -1,36 +1,28 @@
 """Tasks built on the shared trainer: translation, classification, constituency parsing.
 
 Each module implements training/task.py's `Task` (data, model, batches, loss, validation, predictor) for one kind
-of run. `TASKS` maps a recipe's `task` name (config.RUN_CONFIGS holds its config class) to the module that
-implements it, imported on demand so that importing transduce loads no task it does not use; `train` picks the
-task of a config and runs the shared loop (training/loop.py) on it.
+of run. The task registry (config/registry.py; `TASKS` here is the same table) names, per recipe `task` name, its
+run config, its Task class and what the server needs; a Task is imported on demand, so importing transduce loads no
+task it does not use. `train` picks the task of a config and runs the shared loop (training/loop.py) on it.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import ConfigError, task_name
+from ..config import task_name
+from ..config.registry import TASKS, entry, load
 
 if TYPE_CHECKING:
     from ..training.task import Task
 
-# name -> "module:Class"
-TASKS = {
-    "translation": "transduce.tasks.translation:TranslationTask",
-    "classification": "transduce.tasks.classification:ClassificationTask",
-    "parsing": "transduce.tasks.parsing:ParsingTask",
-}
+__all__ = ["TASKS", "task_class", "train"]
 
 
 def task_class(name: str) -> type[Task]:
     """The Task class of a recipe's `task` name (imported on demand)."""
-    if name not in TASKS:
-        raise ConfigError(f"unknown task {name!r} (known: {', '.join(TASKS)})")
-    module, _, cls = TASKS[name].partition(":")
-    found: type[Task] = getattr(importlib.import_module(module), cls)
+    found: type[Task] = load(entry(name).task)
     return found
 
 

@@ -36,7 +36,6 @@ class ClassificationTask:
     """The classifier's batches, loss and validation, for the shared training loop (training/task.py's Task)."""
 
     name: ClassVar[str] = "classification"
-    config_class: ClassVar[type] = ClassifierRunConfig
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {
         "loss": ("valid_loss", False),
         "accuracy": ("valid_accuracy", True),

@@ -43,7 +43,6 @@ class ParsingTask(SequenceTask):
     and F1, and a Parser."""
 
     name: ClassVar[str] = "parsing"
-    config_class: ClassVar[type] = ParsingRunConfig
     sampled_parts: ClassVar[tuple[str, ...]] = ("src", "starts")  # subword sampling redraws the source words' pieces
     substitutes_subtrees: ClassVar[bool] = True  # train.subtree_substitution applies (and redraws "tgt" too)
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "f1": ("valid_f1", True)}

@@ -204,7 +204,6 @@ class TranslationTask(SequenceTask):
     """Batches of sentence pairs by token count, the label-smoothed loss, validation loss and BLEU."""
 
     name: ClassVar[str] = "translation"
-    config_class: ClassVar[type] = Config
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "bleu": ("valid_bleu", True)}
 
     def __init__(self, config: Config, data: Prepared) -> None:

@@ -48,13 +48,15 @@ __all__ = ["Session", "TrainingError", "check_setup", "open_run", "run_training"
 
 
 def train_task(task_cls: type[Task], config: Any, run_dir: str | Path, *, quiet: bool = False) -> dict:
-    """Train (or resume) `task_cls` on `config` (its config_class) in `run_dir`.
+    """Train (or resume) `task_cls` on `config` (its run config: config/registry.py) in `run_dir`.
 
     Returns the final step, why it stopped, the best validation value and the resolved config."""
     run_dir = Path(run_dir)
     ranks, device = setup_distributed(config.train.device)
     check_precision(config.train, device)
-    with _global_switches_restored(), open_run(run_dir, ranks, task_cls.name):
+    # glibc keeps freed blocks for this run only (train.cpu_speed; the setting is the whole process's)
+    keep_memory = device.type == "cpu" and config.train.cpu_speed
+    with _global_switches_restored(), open_run(run_dir, ranks, task_cls.name), cpu_speed.freed_memory_kept(keep_memory):
         runlog = RunLog(run_dir, ranks.main, quiet)
         task = task_cls.prepare(
             config, run_dir, main=ranks.main, log=runlog.text if ranks.main else _silent, barrier=ranks.barrier

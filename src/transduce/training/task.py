@@ -33,7 +33,6 @@ class Batch(Protocol):
 
 class Task(Protocol):
     name: ClassVar[str]  # the recipe's `task`
-    config_class: ClassVar[type]  # the frozen dataclass of the run's config
     metrics: ClassVar[dict[str, tuple[str, bool]]]  # early_stop_metric -> (validation key, higher is better)
     unit: ClassVar[str]  # what Batch.n_tokens counts, for the log ("target tokens", "examples")
 
