@@ -351,3 +351,16 @@ def test_a_broken_link_is_found(tmp_path):
     assert github_slug("The model, and where it departs from the [paper](x.md) `v1`") == (
         "the-model-and-where-it-departs-from-the-paper-v1"
     )
+
+
+def test_recipe_headers_link_their_figures_instead_of_repeating_them():
+    """A figure lives in one place (BENCHMARKS.md): every BENCHMARKS.md#section a recipe's header names exists, and a
+    header holds no result figure of its own (BLEU, F1, accuracy or a speed). wmt14-big has measured nothing yet."""
+    benchmarks = anchors(ROOT / "BENCHMARKS.md")
+    for recipe in sorted((ROOT / "src" / "transduce" / "recipes").glob("*.toml")):
+        header = "\n".join(line for line in recipe.read_text(encoding="utf-8").splitlines() if line.startswith("#"))
+        linked = re.findall(r"BENCHMARKS\.md#([\w-]+)", header)
+        assert linked or recipe.stem == "wmt14-big", f"{recipe.name}: its header links no BENCHMARKS.md section"
+        assert set(linked) <= benchmarks, f"{recipe.name}: no such BENCHMARKS.md section: {set(linked) - benchmarks}"
+        figure = re.search(r"\b\d{2,}\.\d+\b|\d[\d,]* (?:target )?(?:tokens|sentences|steps)/s", header)
+        assert figure is None, f"{recipe.name}: its header repeats a figure ({figure.group(0)!r}): link it instead"
