@@ -327,6 +327,29 @@ CASES = {
         setup=_earlier_format("{tmp}/old", copy_of="{run}/data"),
         keep=("{tmp}/old/summary.json",),
     ),
+    # issue 65, 2a: a test split is named by its file name, and a name that is taken is refused, not replaced
+    "prepare --test named like the training split": Case(
+        [*PREPARE, "--test", "{corpus}/train", "--out", "{tmp}/d"],
+        ("data.test: ", "would be named 'train', the name of the train split"),
+        absent=("{tmp}/d",),
+    ),
+    "prepare two test sets of one name": Case(
+        [*PREPARE, "--test", "{corpus}/test", "--test", "{tmp}/other/test", "--out", "{tmp}/d"],
+        ("would both be named 'test'", "rename one"),
+        setup=lambda e: shutil.copytree(e.corpus, e.tmp / "other"),
+        absent=("{tmp}/d",),
+    ),
+    # issue 65, 2c: a run's logs are never written through a link out of the run
+    "resume a run whose train.log links outside it": Case(
+        ["train", "--out", "{run}", "--set", "train.max_steps=1000"],
+        ("train.log: a symbolic link", "remove the link"),
+        setup=lambda e: (
+            (e.tmp / "outside.txt").write_text("the user's\n"),
+            (e.run / "train.log").unlink(missing_ok=True),
+            (e.run / "train.log").symlink_to(e.tmp / "outside.txt"),
+        ),
+        keep=("{tmp}/outside.txt",),
+    ),
     "invalid UTF-8 in score": Case(
         ["score", "--hyp", "{tmp}/bad.txt", "--ref", "{tmp}/text.en"],
         ("bad.txt:1", "--errors replace"),

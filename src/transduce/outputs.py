@@ -13,6 +13,7 @@ set here (reading it means setting it: os.umask, a process-wide change other thr
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -219,6 +220,23 @@ def refuse_existing_file(path: str | Path, what: str = "output file") -> None:
         )
 
 
+def open_own(path: str | Path, flags: int) -> int:
+    """os.open of a file inside a folder of ours, never through a symbolic link (O_NOFOLLOW): a link placed there
+    (train.log -> a file elsewhere) would make a run write outside its folder. Refused in one line."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, 0o666)  # less the umask, by the kernel
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise OutputError(f"{path}: a symbolic link; a run writes only its own files (remove the link)") from None
+        raise
+
+
+def append_text(path: str | Path, text: str) -> None:
+    """Append `text` to a log of ours (created if missing), not through a symbolic link (open_own)."""
+    with os.fdopen(open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8") as f:
+        f.write(text)
+
+
 # Run-directory lock ---------------------------------------------------------------------------------------------------
 LOCK = ".transduce.lock"
 
@@ -227,7 +245,7 @@ LOCK = ".transduce.lock"
 def exclusive(folder: str | Path, what: str = "training") -> Iterator[None]:
     """Hold an exclusive lock on `folder` (flock on FOLDER/.transduce.lock); a second writer is refused at once."""
     path = Path(folder) / LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask, by the kernel
+    fd = open_own(path, os.O_RDWR | os.O_CREAT)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -95,8 +95,16 @@ def _split_prefixes(config: DataConfig) -> dict[str, str]:
     splits = {"train": config.train}
     if config.valid:
         splits["valid"] = config.valid
-    for prefix in config.test:
-        splits[Path(prefix).name] = prefix
+    for prefix in config.test:  # a test split is named by its file name (what `evaluate` and the summary show)
+        name = Path(prefix).name
+        if name in ("train", "valid"):
+            raise DataError(f"data.test: {prefix} would be named {name!r}, the name of the {name} split; rename it")
+        if name in splits:
+            raise DataError(
+                f"data.test: {splits[name]} and {prefix} would both be named {name!r} (a test split is named by "
+                "its file name); rename one"
+            )
+        splits[name] = prefix
     return splits
 
 

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
-from ..outputs import atomic_write_text
+from ..outputs import append_text, atomic_write_text, open_own
 
 
 class RunLog:
@@ -29,14 +30,12 @@ class RunLog:
             return
         if echo and not self.quiet:
             tqdm.write(message, file=sys.stderr)
-        with open(self.run_dir / "train.log", "a", encoding="utf-8") as f:
-            f.write(message + "\n")
+        append_text(self.run_dir / "train.log", message + "\n")  # never through a link out of the run
 
     def metrics(self, record: dict) -> None:
         if not self.enabled:
             return
-        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_text(self.run_dir / "metrics.jsonl", json.dumps(record) + "\n")
         if self.tb is not None:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key not in ("step", "kind"):
@@ -46,7 +45,8 @@ class RunLog:
         """On resume, forget log lines of steps that the restored checkpoint does not contain."""
         path = self.run_dir / "metrics.jsonl"
         if self.enabled and path.is_file():
-            lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            with os.fdopen(open_own(path, os.O_RDONLY), encoding="utf-8") as f:  # not through a link out of the run
+                lines = [line for line in f.read().splitlines() if line.strip()]
             kept = [line for line in lines if _step_of(line) <= step]
             atomic_write_text(path, "".join(line + "\n" for line in kept))
 
