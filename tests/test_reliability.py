@@ -133,6 +133,22 @@ def _copy_corpus_here(e):
         shutil.copy(e.corpus / name, e.work / name)
 
 
+def _nan_weights(e):
+    """A copy of the run whose averaged weights hold one NaN (what a diverged run could have saved)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from transduce.training.checkpoint import find_weights
+
+    shutil.copytree(e.run, e.tmp / "nan")
+    _, weights = find_weights(e.tmp / "nan")
+    with safe_open(str(weights), "pt") as f:
+        metadata, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    name = sorted(tensors)[0]
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, str(e.tmp / "nan" / "averaged.safetensors"), metadata=metadata)
+
+
 def _copy_weights_out(e):
     shutil.copy(checkpoint_dirs(e.run)[-1] / "model.safetensors", e.tmp / "w.safetensors")
 
@@ -349,6 +365,12 @@ CASES = {
             (e.run / "train.log").symlink_to(e.tmp / "outside.txt"),
         ),
         keep=("{tmp}/outside.txt",),
+    ),
+    # issue 65, 13: weights with NaN values are refused on load, naming the file and the tensor
+    "translate with NaN weights": Case(
+        ["translate", "{tmp}/nan/averaged.safetensors", "--input", "{tmp}/text.en"],
+        ("averaged.safetensors: ", "holds NaN or infinite values"),
+        setup=_nan_weights,
     ),
     "invalid UTF-8 in score": Case(
         ["score", "--hyp", "{tmp}/bad.txt", "--ref", "{tmp}/text.en"],

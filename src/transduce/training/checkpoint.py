@@ -97,6 +97,8 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
                 f"{path}: {name} has shape {tuple(tensor.shape)}, the model expects "
                 f"{tuple(own[name].shape)} (a different config or vocabulary?)"
             )
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):  # would decode to "⁇ ⁇ ⁇"
+            raise CheckpointError(f"{path}: {name} holds NaN or infinite values; load an earlier checkpoint")
     model.load_state_dict(state, strict=False)
 
 
