@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ PREPARE_OPTIONS = (
     "errors",
     "vocab_sample",
     "workers",
+    "tokenizer",
 )
 
 
@@ -58,6 +60,8 @@ def cmd_train(args) -> int:
 
     shortcuts = [f"train.device={args.device}"] if args.device else []
     shortcuts += ["train.compile=true"] if args.compile else []
+    # a TOML string (json.dumps quotes and escapes it the way TOML's basic strings read): any path stays a string
+    shortcuts += [f"train.init_from={json.dumps(args.init_from)}"] if args.init_from else []
     if args.recipe is None:
         saved = Path(args.out) / "config.json"
         if not saved.is_file():
@@ -160,6 +164,12 @@ def register(sub) -> None:
         help="learn the vocabulary from a seeded random sample of this many training sentences (default 2,000,000)",
     )
     p.add_argument("--workers", type=int, help="processes that encode the corpus (default: one per core)")
+    p.add_argument(
+        "--tokenizer",
+        metavar="RUN_OR_MODEL",
+        help="encode with an existing vocabulary (a run's or prepared folder's tokenizer.model, or a SentencePiece "
+        ".model file) instead of learning one; the vocabulary options are then the tokenizer's",
+    )
     p.add_argument("--out", required=True, help="a new folder (or an earlier `prepare` output, replaced)")
     p.set_defaults(func=cmd_prepare)
 
@@ -174,6 +184,12 @@ def register(sub) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the recipe")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (same as --set train.device=...)")
     p.add_argument("--compile", action="store_true", help="use torch.compile (same as --set train.compile=true)")
+    p.add_argument(
+        "--init-from",
+        metavar="RUN",
+        help="fine-tune: start from this run's weights, model settings and tokenizer, with a fresh optimizer and "
+        "schedule (a weights file inside a run may be named; same as --set train.init_from=RUN)",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("average", help="average the last N checkpoints of a run")

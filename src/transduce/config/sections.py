@@ -115,6 +115,10 @@ class DataConfig:
     # a folder made by `transduce prepare`: training reads it (memory-mapped, never writes it) instead of preparing
     # RUN/data; the keys above are then taken from the folder (and recorded in the run's config.json)
     prepared: str = ""
+    # an existing vocabulary: a SentencePiece .model file, or a folder holding tokenizer.model (a run, a prepared
+    # data folder); the corpus is encoded with it and no vocabulary is learned (the keys vocab_size, model_type,
+    # lowercase, split_digits, vocab_sample are then the tokenizer's). Its contents are in the cache key, not its path
+    tokenizer: str = ""
 
     def __post_init__(self) -> None:
         if self.vocab_size <= 4:
@@ -182,6 +186,11 @@ class TrainConfig:
     # (training/precision.py; the pick is logged and kept on resume), else float32; "bf16": bf16 autocast, on CPU only
     # where it is native; "fp32": never autocast
     precision: str = "auto"
+    # fine-tuning (translation): a run directory, or a weights file inside one, whose weights the new run starts
+    # from (RUN/averaged.safetensors, else best, else the newest checkpoint), with its model settings (dropout may
+    # change, shapes may not) and its tokenizer; the optimizer, schedule, step and early stopping start afresh.
+    # Empty: train from a random initialisation (docs/training.md#fine-tuning-a-trained-model)
+    init_from: str = ""
 
     def __post_init__(self) -> None:
         if self.lr_schedule not in ("noam", "inverse_sqrt", "constant", "linear"):

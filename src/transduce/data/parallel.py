@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from itertools import zip_longest
 from multiprocessing import get_context
@@ -89,7 +89,7 @@ def _select_lines(path: Path, wanted: np.ndarray, errors: str) -> list[str]:
     return out
 
 
-def _split_prefixes(config: DataConfig) -> dict[str, str]:
+def split_prefixes(config: DataConfig) -> dict[str, str]:
     if not config.train:
         raise DataError("no training data: set data.train (a file prefix, e.g. multi30k/train)")
     splits = {"train": config.train}
@@ -112,15 +112,57 @@ def _input_digests(files: dict[str, tuple[Path, Path]]) -> dict[str, str]:
     return {str(path): file_digest(path) for pair in files.values() for path in pair}
 
 
-# DataConfig fields that do not change what `prepare` writes (and so stay out of the cache key)
-NOT_IN_KEY = ("workers", "prepared")
+# DataConfig fields that do not change what `prepare` writes (and so stay out of the cache key; data.tokenizer's
+# contents are in it, `_cache_key`, its path is not)
+NOT_IN_KEY = ("workers", "prepared", "tokenizer")
+# the fields that only say how a vocabulary is learned: with data.tokenizer none is, and they are the tokenizer's
+VOCABULARY_OPTIONS = ("vocab_size", "model_type", "lowercase", "split_digits", "vocab_sample")
 
 
-def _cache_key(config: DataConfig, files: dict[str, tuple[Path, Path]], digests: dict[str, str]) -> str:
-    """The options and the inputs' contents (the cache's layout is the manifest's, outputs.FORMAT)."""
-    options = {k: v for k, v in asdict(config).items() if k not in NOT_IN_KEY}
+def tokenizer_file(name: str | Path) -> Path:
+    """data.tokenizer (`prepare --tokenizer`): a SentencePiece .model file, or a folder that holds tokenizer.model
+    (a run directory, a prepared data folder), as an absolute path."""
+    path = Path(name).expanduser().absolute()
+    if path.is_dir():
+        path = path / "tokenizer.model"
+        if not path.is_file():
+            raise DataError(f"{path.parent}: no tokenizer.model here (data.tokenizer names a run, a prepared data "
+                            "folder or a SentencePiece .model file)")  # fmt: skip
+    elif not path.is_file():
+        raise DataError(f"{path}: no such tokenizer (data.tokenizer names a run, a prepared data folder or a "
+                        "SentencePiece .model file)")  # fmt: skip
+    return path
+
+
+def with_tokenizer(config: DataConfig) -> tuple[DataConfig, str]:
+    """data.tokenizer made concrete: its absolute path, the vocabulary options set to what the tokenizer is (so the
+    summary and a run's config.json say what was used), and the digest of its model and settings files ("" without
+    data.tokenizer: a vocabulary is learned)."""
+    if not config.tokenizer:
+        return config, ""
+    path = tokenizer_file(config.tokenizer)
+    try:
+        tokenizer = Tokenizer(path)
+    except TokenizerError as err:
+        raise DataError(f"data.tokenizer: {err}") from None
+    meta = tokenizer.meta
+    known = {k: meta[k] for k in ("model_type", "lowercase", "split_digits") if k in meta}
+    config = replace(config, tokenizer=str(path), vocab_size=tokenizer.vocab_size, **known)
+    side = path.with_suffix(".json")
+    digest = file_digest(path) + (file_digest(side) if side.is_file() else "")
+    return config, digest
+
+
+def _cache_key(
+    config: DataConfig, files: dict[str, tuple[Path, Path]], digests: dict[str, str], tokenizer: str = ""
+) -> str:
+    """The options and the inputs' contents, with data.tokenizer's contents (`tokenizer`, its digest) where it
+    is given (the cache's layout is the manifest's, outputs.FORMAT)."""
+    left_out = NOT_IN_KEY + (VOCABULARY_OPTIONS if tokenizer else ())
+    options = {k: v for k, v in asdict(config).items() if k not in left_out}
     h = hashlib.sha256()
-    h.update(json.dumps({"options": options}, sort_keys=True).encode())
+    given = {"tokenizer": tokenizer} if tokenizer else {}  # a learned vocabulary's keys stay as they always were
+    h.update(json.dumps({"options": options, **given}, sort_keys=True).encode())
     for split, (src, tgt) in sorted(files.items()):
         h.update(f"{split}:{digests[str(src)]}:{digests[str(tgt)]}".encode())
     return h.hexdigest()[:16]
@@ -136,8 +178,9 @@ def _percentiles(lengths: np.ndarray) -> dict:
 def prepare(
     config: DataConfig, out_dir: str | Path, *, max_tokens: int = 4096, log=print, frozen: bool = False
 ) -> Prepared:
-    """Train the joint SentencePiece model on (a sample of) the training sides, encode every split in chunks on
-    every core, and cache it all in `out_dir` (see stream.py; memory bounded whatever the corpus size).
+    """Train the joint SentencePiece model on (a sample of) the training sides (or take data.tokenizer's), encode
+    every split in chunks on every core, and cache it all in `out_dir` (see stream.py; memory bounded whatever the
+    corpus size).
 
     The cache is reused when the inputs' contents and the options are unchanged. `frozen` (a run being resumed):
     a cache that no longer matches is refused, naming the file that changed, instead of being prepared again;
@@ -145,7 +188,8 @@ def prepare(
     the chunks it finished (kept beside `out_dir` in .partial-NAME-KEY until the cache is complete).
     """
     out_dir = Path(out_dir)
-    prefixes = _split_prefixes(config)
+    config, tokenizer_digest = with_tokenizer(config)
+    prefixes = split_prefixes(config)
     # absolute paths: the summary records where the training text is (read again by subword sampling)
     files = {
         split: (find_side(p, config.src).absolute(), find_side(p, config.tgt).absolute())
@@ -153,7 +197,7 @@ def prepare(
     }
     stats = _input_stats(files)  # before the digests: a file changed while it is read shows at the end
     digests = _input_digests(files)
-    key = _cache_key(config, files, digests)
+    key = _cache_key(config, files, digests, tokenizer_digest)
     work = out_dir.parent / f".partial-{out_dir.name}-{key}"
 
     def build(tmp: Path) -> dict:
@@ -213,14 +257,21 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
     from .batching import make_batches, padding_efficiency
 
     tokenizer_path = work / "tokenizer.model"
-    if not tokenizer_path.is_file():
+    if config.tokenizer:  # an existing vocabulary (data.tokenizer): taken as it is, no vocabulary learned
+        given = Path(config.tokenizer)
+        log(f"data: encoding with the vocabulary of {given} ({config.vocab_size} pieces)")
+        for src, dst in ((given, tokenizer_path), (given.with_suffix(".json"), tokenizer_path.with_suffix(".json"))):
+            if src.is_file():
+                shutil.copyfile(src, dst)
+    elif not tokenizer_path.is_file():
         _learn_vocabulary(config, files, tokenizer_path, log)
     tokenizer = Tokenizer(tokenizer_path)
     id_dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "int32"
     chunk_stats = _encode_chunks(config, files, work, str(tokenizer_path), id_dtype, log)
 
     for name in ("tokenizer.model", "tokenizer.json"):
-        shutil.copyfile(work / name, out / name)
+        if (work / name).is_file():  # a given SentencePiece model may have no settings file beside it
+            shutil.copyfile(work / name, out / name)
     summary: dict[str, Any] = {  # summary.json
         "src": config.src,
         "tgt": config.tgt,

@@ -10,8 +10,8 @@ from ..config import ConfigError
 from ..training.checkpoint import checkpoint_dirs
 
 # settings a resume may set otherwise: they do not change the data (data.prepared: the folder may move; its cache key
-# is checked instead, translation.from_prepared)
-FREE_TO_CHANGE = {("data", "workers"), ("data", "prepared")}
+# is checked instead, translation.from_prepared; data.tokenizer: the same, its contents are in the cache key)
+FREE_TO_CHANGE = {("data", "workers"), ("data", "prepared"), ("data", "tokenizer")}
 
 
 def same_run(saved: Any, new: Any, sections: tuple[str, ...] = ("model", "data")) -> None:

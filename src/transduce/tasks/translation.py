@@ -26,6 +26,7 @@ from ..outputs import atomic_folder, atomic_write_text, read_manifest, remove_le
 from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
+from .finetune import fine_tune_config
 
 # RUN/subwords/epoch-N: one epoch's draw under parsing's train.subword_sampling or train.subtree_substitution
 # (translation draws per batch, `TranslationTask.sampled_pairs`); RUN/subwords/text-SIDE: a gzipped training file,
@@ -204,6 +205,7 @@ class TranslationTask(SequenceTask):
     """Batches of sentence pairs by token count, the label-smoothed loss, validation loss and BLEU."""
 
     name: ClassVar[str] = "translation"
+    fine_tunes: ClassVar[bool] = True  # train.init_from applies (tasks/finetune.py)
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "bleu": ("valid_bleu", True)}
 
     def __init__(self, config: Config, data: Prepared) -> None:
@@ -277,6 +279,7 @@ class TranslationTask(SequenceTask):
         refused."""
         config_path = run_dir / "config.json"
         frozen = has_trained(run_dir)
+        config = fine_tune_config(config, run_dir, frozen=frozen, main=main, log=log)  # train.init_from
         if config.data.prepared:  # a folder made by `transduce prepare`: read, never written
             data, config = from_prepared(config, run_dir, frozen=frozen, main=main, log=log)
         else:

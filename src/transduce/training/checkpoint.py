@@ -46,6 +46,7 @@ __all__ = [
     "checkpoint_dirs",
     "average_run",
     "find_weights",
+    "fit_weights",
 ]
 
 CHECKPOINTS = "checkpoints"
@@ -84,6 +85,11 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
         state = load_file(str(path))
     except Exception as err:  # OSError, or safetensors' own SafetensorError for a corrupt file
         raise CheckpointError(f"{path}: cannot read weights ({err})") from None
+    fit_weights(model, state, path)
+
+
+def fit_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
+    """Put `state` (read from `path`) into `model`: every tensor the model has (a tied one once), of its shape."""
     own = model.state_dict()
     missing = [k for k in own if k not in state and not _is_alias(own, k, state)]
     unexpected = [k for k in state if k not in own]

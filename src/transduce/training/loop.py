@@ -37,6 +37,7 @@ from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remov
 from .budget import TimeBudget, check_time_limit, log_forecast
 from .checkpoint import average_run, checkpoint_dirs, load_checkpoint
 from .distributed import Ranks, all_ranks_sum, broadcast_value, rank_seed, setup_distributed
+from .init_from import load_initial
 from .optim import build_optimizer, learning_rate
 from .precision import autocast_for, check_precision, needs_trial, resolve_cpu_auto, time_modes
 from .progress import TrainingError, log_window, new_window, save, validate
@@ -122,6 +123,8 @@ def check_setup(task: Task, tc: TrainConfig) -> None:
         raise ConfigError(f"train.subword_sampling applies to translation and parsing runs, not to {task.name}")
     if tc.subtree_substitution and not getattr(task, "substitutes_subtrees", False):
         raise ConfigError(f"train.subtree_substitution applies to parsing runs, not to {task.name}")
+    if tc.init_from and not getattr(task, "fine_tunes", False):
+        raise ConfigError(f"train.init_from applies to translation runs, not to {task.name}")
     if tc.patience > 0 and not task.has_validation:
         raise ConfigError(f"train.patience is {tc.patience} but there is no validation data (set data.valid)")
     task.check()
@@ -300,7 +303,7 @@ class Session:
         if ranks.rank:
             torch.manual_seed(rank_seed(tc.seed, ranks.rank, 0))  # each rank its own dropout masks
         optimizer = build_optimizer(model, tc)
-        state = _restore(run_dir, model=model, optimizer=optimizer, ranks=ranks, tc=tc, runlog=runlog)
+        state = _restore(run_dir, model=model, optimizer=optimizer, ranks=ranks, tc=tc, runlog=runlog, task=task.name)
         precision = _pick_precision(task, tc, model=model, state=state, ranks=ranks, device=device, runlog=runlog)
         net, autocast = _wrap(model, tc, ranks, device, precision)
         budget = TimeBudget(start_elapsed=state.elapsed, target=tc.max_steps)
@@ -382,10 +385,15 @@ class Session:
         return int(config.d_model)
 
 
-def _restore(run_dir: Path, *, model, optimizer, ranks: Ranks, tc: TrainConfig, runlog: RunLog) -> TrainerState:
-    """The newest checkpoint's weights, Adam moments, RNG and trainer state; a fresh state when there is none."""
+def _restore(
+    run_dir: Path, *, model, optimizer, ranks: Ranks, tc: TrainConfig, runlog: RunLog, task: str
+) -> TrainerState:
+    """The newest checkpoint's weights, Adam moments, RNG and trainer state; a fresh state when there is none (with
+    train.init_from, on the weights of the run it names: init_from.py)."""
     checkpoints = checkpoint_dirs(run_dir)
     if not checkpoints:
+        if tc.init_from:
+            load_initial(model, init_from=tc.init_from, out=run_dir, task=task, main=ranks.main, log=runlog.text)
         return TrainerState()
     trainer = load_checkpoint(checkpoints[-1], model, optimizer, rank=ranks.rank)
     state = TrainerState.from_checkpoint(trainer)
