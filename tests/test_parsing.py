@@ -201,7 +201,7 @@ def _sentences(gold: list) -> list[str]:
     return [" ".join(trees.unescape_word(w) for w in trees.words(trees.normalize(t))) for t in gold]
 
 
-def test_parse_command_with_gold_reports_evalb_scores(tiny_run, treebank):
+def test_parse_command_with_gold_reports_evalb_scores(tiny_run, treebank, tmp_path):
     run, _ = tiny_run
     gold = trees.read_trees(treebank[1])
     lines = _sentences(gold)
@@ -217,6 +217,11 @@ def test_parse_command_with_gold_reports_evalb_scores(tiny_run, treebank):
     ):
         assert expected in report
     assert parse_command(run, lines[:2], beam=1, device="cpu")[1] is None
+    # issue 65, 12: an empty line in the gold file is named, not reported as a difference of line counts
+    holed = tmp_path / "holed.trees"
+    holed.write_text(Path(treebank[1]).read_text().replace("\n", "\n\n", 1))
+    with pytest.raises(DataError, match=r"holed.trees:2: empty tree"):
+        parse_command(run, lines, gold_path=holed, beam=1, device="cpu")
 
     # --max-open-run 2: at most two brackets opened in a row (the root and one more), still one tree over the words
     def three_opens_in_a_row(tree: str) -> bool:

@@ -115,6 +115,17 @@ def test_read_trees_file_errors_and_formats(tmp_path):
         read_trees(empty)
     with pytest.raises(TreeError, match="cannot read"):
         read_trees(tmp_path / "missing.trees")
+    # issue 65, 12: a tree lacking its ")" is not joined with the trees after it up to an extra ")" (195 trees of a
+    # 200-line file were read): refused at its own line; a byte-order mark is no part of the first word
+    shifted = tmp_path / "shifted.trees"
+    lines = ["(ROOT (NN w))"] * 12
+    lines[4], lines[9] = "(ROOT (NP (NN w))", "(ROOT (NN w)))"
+    shifted.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TreeError, match=r"shifted.trees:5: unbalanced brackets: .*1 closing bracket missing.* line 6"):
+        read_trees(shifted)
+    bom = tmp_path / "bom.trees"
+    bom.write_bytes("\ufeff(ROOT (RB The))\n".encode())
+    assert words(read_trees(bom)[0]) == ["The"]
     traces = tmp_path / "traces.trees"
     traces.write_text("(ROOT (NN a))\n((S (NP-SBJ (-NONE- *))))\n")
     with pytest.raises(TreeError, match=r"traces.trees:2: the tree has no words"):

@@ -97,6 +97,9 @@ def parse_command(
     if gold_path is not None:
         gold_file = resolve_path(gold_path)
         gold = evalb.read_sentences(gold_file, gold=True)
+        empty = next((i for i, sentence in enumerate(gold, start=1) if sentence is None), None)
+        if empty is not None:  # EVALB would count it as a sentence; here it would only shift the lines after it
+            raise DataError(f"{gold_path}:{empty}: empty tree (a gold file holds one tree per line)")
         if len(gold) != len(lines):
             raise DataError(
                 f"{gold_path} has {len(gold)} lines but the input has {len(lines)}; the gold trees "

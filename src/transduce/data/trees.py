@@ -151,7 +151,8 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         with opener(path, "rb") as f:
             for number, raw in enumerate(f, start=1):
                 try:
-                    yield number, raw.decode("utf-8").rstrip("\r\n")
+                    text = raw.decode("utf-8").rstrip("\r\n")
+                    yield number, text.removeprefix("\ufeff") if number == 1 else text  # a byte-order mark is no word
                 except UnicodeDecodeError as e:
                     raise TreeError(f"invalid UTF-8 ({e.reason})", source=str(path), line=number) from None
     except OSError as e:
@@ -159,13 +160,23 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 
 
 def _tree_chunks(path: str | Path) -> Iterator[tuple[int, str]]:
-    """(first line, text) of each tree: lines are joined while brackets stay open, so a tree may span lines.
-    Blank lines between trees are skipped. A malformed chunk is passed on whole for the parser to report."""
+    """(first line, text) of each tree: lines are joined while brackets stay open, so a tree may span lines (its
+    continuation lines indented, as in the Penn Treebank's files). A line that starts with "(" at its first column
+    while a tree is open begins a tree of its own: the open one lacks a ")", and is refused naming its first line
+    (joined, it would swallow the trees up to the next extra ")"). Blank lines between trees are skipped. A malformed
+    chunk is passed on whole for the parser to report."""
     chunk: list[str] = []
     start, depth = 0, 0
     for number, text in read_lines(path):
         if not chunk and not text.strip():
             continue
+        if chunk and text.startswith("("):
+            missing = f"{depth} closing bracket{'s' * (depth > 1)} missing"
+            raise TreeError(
+                f"unbalanced brackets: the tree is not closed ({missing}) where line {number} begins a new one",
+                source=str(path),
+                line=start,
+            )
         if not chunk:
             start = number
         chunk.append(text)
