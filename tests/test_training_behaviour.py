@@ -72,6 +72,24 @@ def test_patience_stops_early_and_best_weights_are_those_of_the_best_validation(
     assert _valid_loss(config, run, final / "model.safetensors") == pytest.approx(losses[-1], rel=1e-5)
 
 
+def test_a_changed_early_stop_metric_on_resume_tracks_the_best_anew(tmp_path, toy_corpus):
+    """Issue 65, 2b: a run tracked by BLEU and resumed with train.early_stop_metric = "loss" compared losses with the
+    stored best BLEU (and stopped while the loss improved, keeping the old best weights). Now the best and the
+    patience count start anew under the new metric, and best.safetensors follows the loss."""
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=6, save_every=6, valid_every=3)
+    run = tmp_path / "run"
+    train(load_config(recipe, ["train.early_stop_metric=bleu"]), run, quiet=True)
+    assert "valid_bleu" in json.loads((run / "best.json").read_text())
+    switched = ["train.early_stop_metric=loss", "train.patience=2", "train.max_steps=18"]
+    result = train(load_config(recipe, switched), run, quiet=True)
+    assert result["step"] == 18 and result["stopped"] == "max_steps"  # the loss still falls: no early stop
+    assert "the best weights and the patience count start anew" in (run / "train.log").read_text()
+    losses = [r["valid_loss"] for r in records(run, "valid") if r["step"] > 6]
+    meta = json.loads((run / "best.json").read_text())
+    assert meta["step"] > 6 and meta["valid_loss"] == pytest.approx(min(losses))
+    assert result["best"] == pytest.approx(min(losses))
+
+
 def _valid_loss(config, run: Path, weights: Path) -> float:
     """Validation loss of `weights`, computed the way training computes it."""
     from transduce.tasks import task_class

@@ -103,6 +103,12 @@ def validate(run: Session) -> None:
     check_finite(run, saving=True)  # NaN weights are never validated into best.safetensors
     if run.ranks.main:
         key, higher_is_better = run.task.metrics[tc.early_stop_metric]
+        if state.best is not None and state.best_metric != tc.early_stop_metric:  # changed on resume (issue 65, 2b)
+            run.runlog.text(
+                f"train.early_stop_metric is {tc.early_stop_metric!r}, the best so far was by "
+                f"{state.best_metric!r}: the best weights and the patience count start anew"
+            )
+            state.best, state.bad_validations = None, 0
         result = run.task.validate(run.model, run.device)
         value = result.get(key)
         if value is None:
@@ -111,7 +117,7 @@ def validate(run: Session) -> None:
             state.best is None or (value > state.best if higher_is_better else value < state.best)
         )
         if better:
-            state.best, state.bad_validations = value, 0
+            state.best, state.best_metric, state.bad_validations = value, tc.early_stop_metric, 0
             save_weights(run.model, run.run_dir / "best.safetensors", metadata={"step": state.step, key: value})
         else:
             state.bad_validations += 1

@@ -13,6 +13,7 @@ class TrainerState:
     epoch: int = 0  # passes over the training data completed
     update_in_epoch: int = 0  # updates done in the current epoch (batches are a pure function of seed and epoch)
     best: float | None = None  # best validation value of train.early_stop_metric so far
+    best_metric: str | None = None  # the train.early_stop_metric `best` is a value of
     bad_validations: int = 0  # validations in a row without improvement (for train.patience)
     elapsed: float = 0.0  # training seconds, across resumes (for train.max_minutes)
     oom_skips: int = 0  # updates skipped because the GPU ran out of memory
@@ -25,6 +26,7 @@ class TrainerState:
         "epoch",
         "update_in_epoch",
         "best",
+        "best_metric",
         "bad_validations",
         "elapsed",
         "oom_skips",
