@@ -58,11 +58,12 @@ class CheckpointError(ValueError):
 
 def _written(save: Callable[..., None], *args: Any, path: str | Path, **kwargs: Any) -> None:
     """safetensors' save, with its I/O failures (a full disk) as the OSError they are: safetensors raises its own
-    SafetensorError("... IoError(Os { code: 28, ... })"), which would otherwise reach the user as a traceback."""
+    SafetensorError, which would otherwise reach the user as a traceback, and carries the errno only in its text:
+    "IoError(Os { code: 28, ... })" in some versions, "I/O error: No space left on device (os error 28)" in 0.8."""
     try:
         save(*args, **kwargs)
     except SafetensorError as err:
-        found = re.search(r"code: (\d+)", str(err))
+        found = re.search(r"(?:code: |os error )(\d+)", str(err))
         if found is None:
             raise
         code = int(found.group(1))
