@@ -251,10 +251,10 @@ class DecodeConfig:
     # reaches sampling_topp (nucleus sampling, Holtzman et al. 2020). One translation per sentence (beam 1); the draws
     # of each sentence come from its own generator seeded by (seed, its index in the input): the same seed gives the
     # same output whatever the batching.
-    sampling_topk: int = 1
-    sampling_topp: float = 1.0
-    temperature: float = 1.0
-    seed: int = 0
+    sampling_topk: int = 1  # sample from the K most probable tokens (0: all; 1: greedy search, no sampling)
+    sampling_topp: float = 1.0  # then from the smallest set whose probability reaches P (needs top-k 0 or > 1)
+    temperature: float = 1.0  # sampling from softmax(logits / temperature)
+    seed: int = 0  # sampling's seed: with each sentence's index in the input, it seeds the sentence's draws
 
     def __post_init__(self) -> None:
         check_sampling(self.sampling_topk, self.sampling_topp, self.temperature)
