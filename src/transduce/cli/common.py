@@ -69,6 +69,19 @@ def decode_options(p) -> None:
         help="beam search also ends a sentence once beam x P hypotheses have finished (CTranslate2's patience; "
         "fairseq's rule at 1): faster, a translation may change (default: the run's decode.patience, 0 = exact)",
     )
+    p.add_argument(
+        "--sampling-topk",
+        type=int,
+        default=None,
+        metavar="K",
+        help="sample each token from the K most probable (0: all) instead of searching; 1 = greedy (default: the "
+        "run's decode.sampling_topk, 1)",
+    )
+    p.add_argument(
+        "--sampling-topp", type=float, default=None, metavar="P", help="sample from the smallest set of probability P"
+    )
+    p.add_argument("--temperature", type=float, default=None, metavar="T", help="sampling temperature (default 1)")
+    p.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed (default: decode.seed, 0)")
     p.add_argument("--device", default="auto")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")

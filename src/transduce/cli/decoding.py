@@ -43,6 +43,7 @@ def cmd_translate(args) -> int:
         length_penalty=args.length_penalty,
         mbr=args.mbr,
         progress=progress,
+        **_sampling(args),
         **({} if args.patience is None else {"patience": args.patience}),
     )
     for i in decoded.truncated:
@@ -86,6 +87,7 @@ def cmd_evaluate(args) -> int:
         batch_tokens=args.batch_tokens,
         patience=args.patience,
         progress=not args.quiet,
+        **_sampling(args),
     )
     seconds = time.perf_counter() - start
     n_tokens = sum(len(t) for t in translator.tokenizer.encode(hyps))
@@ -96,6 +98,37 @@ def cmd_evaluate(args) -> int:
         f"speed: {len(sources) / seconds:.1f} sentences/s, {n_tokens / seconds:.0f} target tokens/s "
         f"({len(sources)} sentences in {seconds:.1f} s)"
     )
+    return 0
+
+
+def _sampling(args) -> dict:
+    """The sampling flags given (the others are the run's decode.* settings)."""
+    given = dict(
+        sampling_topk=args.sampling_topk, sampling_topp=args.sampling_topp, temperature=args.temperature, seed=args.seed
+    )
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def cmd_score_pairs(args) -> int:
+    from ..data import DataError, read_lines
+    from ..decoding.translator import Translator
+    from ..export.ctranslate2 import CTranslate2Translator
+
+    src, tgt = input_path(args.src), input_path(args.tgt)
+    sources, targets = read_lines(src, errors=args.errors), read_lines(tgt, errors=args.errors)
+    if len(sources) != len(targets):
+        raise DataError(f"{src} has {len(sources)} lines but {tgt} has {len(targets)}: score-pairs needs one per pair")
+    scorer: Translator | CTranslate2Translator
+    if args.engine == "ctranslate2":
+        scorer = CTranslate2Translator.from_run(args.run, device=args.device)
+    else:
+        scorer = Translator.from_run(args.run, device=args.device)
+    out = sys.stdout
+    for pair in scorer.score(sources, targets, batch_tokens=args.batch_tokens, tokens=args.tokens):
+        fields = [f"{pair.total:.6f}", str(pair.tokens), f"{pair.mean:.6f}"]
+        fields += [" ".join(f"{x:.6f}" for x in pair.per_token or [])] if args.tokens else []
+        out.write("\t".join(fields) + "\n")
+    out.flush()
     return 0
 
 
@@ -138,6 +171,20 @@ def register(sub) -> None:
     p.add_argument("--output", help="also write the translations to this new file")
     p.add_argument("--lowercase", action="store_true")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser(
+        "score-pairs",
+        help="the model's log-probability of given (source, target) pairs: per line TOTAL<TAB>TOKENS<TAB>MEAN",
+    )
+    p.add_argument("run", help="run directory, a .safetensors weights file inside one, or a CTranslate2 export")
+    p.add_argument("--src", required=True, help="sources, one a line")
+    p.add_argument("--tgt", required=True, help="targets, one a line, as many as sources")
+    p.add_argument("--tokens", action="store_true", help="also each token's log-probability (a 4th column)")
+    p.add_argument("--batch-tokens", type=int, default=None, help="tokens per batch (default: decode.batch_tokens)")
+    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch", help="ctranslate2: score_batch")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
+    p.set_defaults(func=cmd_score_pairs)
 
     p = sub.add_parser("score", help="sacreBLEU and chrF of existing translations")
     p.add_argument("--hyp", required=True)

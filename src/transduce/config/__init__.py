@@ -36,6 +36,7 @@ from .sections import (
     ModelConfig,
     TrainConfig,
     check_patience,
+    check_sampling,
 )
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "TrainConfig",
     "apply_overrides",
     "check_patience",
+    "check_sampling",
     "config_from_dict",
     "find_recipe",
     "load_config",

@@ -254,8 +254,19 @@ class DecodeConfig:
     # Minimum Bayes risk: "bleu" or "chrf" returns, of the beam's finished hypotheses, the one with the highest
     # expected sentence-level utility against the others (decoding/mbr.py); "none": the most probable (the paper).
     mbr: str = "none"
+    # Random sampling in place of the search (decoding/search.py, sample_search), e.g. for back-translation (Edunov
+    # et al. 2018): each token drawn from softmax(logits / temperature) restricted to the sampling_topk most probable
+    # (0: all; 1: greedy search, no sampling: CTranslate2's convention), then to the smallest set whose probability
+    # reaches sampling_topp (nucleus sampling, Holtzman et al. 2020). One translation per sentence (beam 1); the draws
+    # of each sentence come from its own generator seeded by (seed, its index in the input): the same seed gives the
+    # same output whatever the batching.
+    sampling_topk: int = 1  # sample from the K most probable tokens (0: all; 1: greedy search, no sampling)
+    sampling_topp: float = 1.0  # then from the smallest set whose probability reaches P (needs top-k 0 or > 1)
+    temperature: float = 1.0  # sampling from softmax(logits / temperature)
+    seed: int = 0  # sampling's seed: with each sentence's index in the input, it seeds the sentence's draws
 
     def __post_init__(self) -> None:
+        check_sampling(self.sampling_topk, self.sampling_topp, self.temperature)
         if self.mbr not in MBR_UTILITIES:
             raise ConfigError(f"decode.mbr must be one of {', '.join(MBR_UTILITIES)}, got {self.mbr!r}")
         if self.beam <= 0 or self.nbest <= 0 or self.nbest > self.beam:
@@ -263,6 +274,16 @@ class DecodeConfig:
         if self.length_penalty not in ("gnmt", "length", "none"):
             raise ConfigError(f"decode.length_penalty must be 'gnmt', 'length' or 'none', got {self.length_penalty!r}")
         check_patience(self.patience, self.beam, self.nbest)
+
+
+def check_sampling(topk: int, topp: float, temperature: float) -> None:
+    """decode.sampling_topk / sampling_topp / temperature (and their flags): top-k >= 0, top-p in (0, 1], T > 0."""
+    if topk < 0:
+        raise ConfigError(f"the sampling top-k must be 0 (the whole vocabulary) or more, got {topk}")
+    if not 0.0 < topp <= 1.0:
+        raise ConfigError(f"the sampling top-p must be in (0, 1], got {topp}")
+    if not temperature > 0.0:
+        raise ConfigError(f"the sampling temperature must be above 0, got {temperature}")
 
 
 def check_patience(patience: float, beam: int, nbest: int) -> None:

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from ..config import ConfigError, DecodeConfig, check_patience
+from ..config import ConfigError, DecodeConfig, check_patience, check_sampling
 from .mbr import mbr_rerank
+from .search import Sampling
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Options:
     patience: float
     keep: int  # hypotheses returned per sentence (the caller's nbest)
     nbest: int  # hypotheses the search finds per sentence: all the beam's finishes under MBR, which chooses among them
+    sampling: Sampling | None = None  # random sampling in place of the search (beam 1), or None
 
 
 def options(
@@ -55,10 +57,24 @@ def options(
     length_penalty: str | None = None,
     mbr: str | None = None,
     patience: float | None = None,
+    sampling_topk: int | None = None,
+    sampling_topp: float | None = None,
+    temperature: float | None = None,
+    seed: int | None = None,
 ) -> Options:
-    """The call's options, checked: 1 <= nbest <= beam, and a patience that lets the search find them all."""
-    beam = decode.beam if beam is None else beam
+    """The call's options, checked: 1 <= nbest <= beam, and a patience that lets the search find them all.
+    Sampling (a top-k other than 1) draws one translation per sentence: the beam is 1 unless the caller asks for
+    another, which is refused, as are an n-best list and MBR."""
+    sampling = _sampling(decode, topk=sampling_topk, topp=sampling_topp, temperature=temperature, seed=seed)
     mbr = decode.mbr if mbr is None else mbr
+    if sampling is not None:
+        if (beam or 1) > 1 or nbest > 1 or mbr != "none":
+            raise ConfigError(
+                f"sampling (top-k {sampling.topk}) draws one translation per sentence: it takes no beam ({beam}), "
+                f"n-best list ({nbest}) or MBR ({mbr})"
+            )
+        beam = 1
+    beam = decode.beam if beam is None else beam
     patience = decode.patience if patience is None else patience
     if not 1 <= nbest <= beam:
         raise ConfigError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
@@ -73,7 +89,23 @@ def options(
         patience=patience,
         keep=nbest,
         nbest=searched,
+        sampling=sampling,
     )
+
+
+def _sampling(
+    decode: DecodeConfig, *, topk: int | None, topp: float | None, temperature: float | None, seed: int | None
+) -> Sampling | None:
+    """The call's sampling settings, each the caller's or the run's decode.*; None when top-k is 1 (greedy)."""
+    topk = decode.sampling_topk if topk is None else topk
+    topp = decode.sampling_topp if topp is None else topp
+    temperature = decode.temperature if temperature is None else temperature
+    check_sampling(topk, topp, temperature)
+    if topk == 1 and topp < 1.0:
+        raise ConfigError(f"a sampling top-p ({topp}) needs a sampling top-k of 0 (all tokens) or above 1 (1: greedy)")
+    if topk == 1:
+        return None
+    return Sampling(topk=topk, topp=topp, temperature=temperature, seed=decode.seed if seed is None else seed)
 
 
 def cut_sources(token_ids: list[list[int]], max_len: int) -> tuple[list[list[int]], list[int]]:
@@ -90,18 +122,19 @@ def decode_lines(
     *,
     encode: Callable[[list[str]], tuple[list[list[int]], list[int]]],
     groups: Callable[[list[list[int]]], list[list[int]]],
-    search: Callable[[list[list[int]]], list[list[Translation]]],
+    search: Callable[[list[list[int]], list[int]], list[list[Translation]]],
     progress: bool = False,
 ) -> Decoded:
     """Decode raw `sentences` through an engine: `encode` gives the non-empty ones' token ids and which were cut
     (`cut_sources`), `groups` the positions in those ids that go through one search call, `search` per source its
-    `settings.nbest` hypotheses, best first. Empty lines are never searched."""
+    `settings.nbest` hypotheses, best first, given the sources and their line indices in `sentences` (which seed
+    sampling). Empty lines are never searched."""
     results: list[list[Translation]] = [[] for _ in sentences]
     todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
     sources, cut = encode([sentences[i] for i in todo])
     with tqdm(total=len(sentences), unit="sent", disable=not progress, file=sys.stderr, leave=False) as bar:
         for members in groups(sources):
-            for j, hyps in zip(members, search([sources[j] for j in members])):
+            for j, hyps in zip(members, search([sources[j] for j in members], [todo[j] for j in members])):
                 results[todo[j]] = mbr_rerank(hyps, settings.mbr)[: settings.keep]
             bar.update(len(members))
     return Decoded(results, [todo[j] for j in cut])

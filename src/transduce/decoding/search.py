@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -62,6 +63,104 @@ def greedy_search(
 
     Its score means what a beam hypothesis's score means: log P(Y | X) / lp(Y), |Y| counting EOS (the penalty
     does not change which tokens greedy picks, only the reported score)."""
+    pick = lambda lprobs, t: lprobs.argmax(dim=-1)
+    return _one_per_row(
+        model,
+        src,
+        pick,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        alpha=alpha,
+        length_penalty_kind=length_penalty_kind,
+        constraint=constraint,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sampling:
+    """Random sampling's settings (decode.sampling_*): draw the next token from softmax(logits / temperature)
+    restricted to the `topk` most probable tokens (0: all) and then to the smallest set of them whose probability
+    reaches `topp` (nucleus sampling, Holtzman et al. 2020), as fairseq's --sampling-topk/-topp and CTranslate2's
+    sampling_topk/_topp/_temperature. topk 1 is greedy search."""
+
+    topk: int = 0
+    topp: float = 1.0
+    temperature: float = 1.0
+    seed: int = 0
+
+
+def sentence_uniforms(seed: int, sentences: list[int], steps: int) -> Tensor:
+    """(B, steps) uniforms in (0, 1], row i drawn by its own generator seeded by (seed, sentences[i]) (the sentence's
+    index in the input): a sentence's draws depend on nothing else in its batch, so batching never changes a
+    sample. Always `steps` draws (the model's positions), so a longer batch does not change a row's first ones."""
+    rows = []
+    for index in sentences:
+        state = np.random.SeedSequence([seed, index]).generate_state(2, np.uint32)
+        generator = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+        rows.append(1.0 - torch.rand(steps, generator=generator, dtype=torch.float64))  # (0, 1]: never the first
+    return torch.stack(rows)  # (B, steps)
+
+
+def sample_choice(lprobs: Tensor, uniforms: Tensor, sampling: Sampling) -> Tensor:
+    """(B,) tokens drawn from lprobs (B, V) (log-probabilities, -inf where a token is not allowed) by inverse
+    transform sampling with one uniform (B,) per row in (0, 1]: the first token whose cumulative probability
+    reaches u times the total, over softmax(lprobs / T) restricted to the top-k, then the top-p nucleus."""
+    scaled = lprobs / sampling.temperature  # softmax(lprobs / T) = softmax(logits / T) over the allowed tokens
+    if sampling.topk > 0 or sampling.topp < 1.0:
+        k = scaled.size(1) if sampling.topk == 0 else min(sampling.topk, scaled.size(1))
+        values, ids = scaled.topk(k, dim=1)  # (B, k), most probable first
+    else:
+        values, ids = scaled, None
+    probs = torch.softmax(values, dim=-1).double()  # (B, k)
+    if sampling.topp < 1.0:
+        before = probs.cumsum(dim=-1) - probs  # mass of the more probable tokens
+        probs = probs.masked_fill(before.ge(sampling.topp), 0.0)  # keep until the mass reaches p (always the first)
+    cum = probs.cumsum(dim=-1)  # (B, k)
+    choice = cum.lt(uniforms.unsqueeze(1) * cum[:, -1:]).sum(dim=1).clamp(max=cum.size(1) - 1)  # (B,)
+    return choice if ids is None else ids.gather(1, choice.unsqueeze(1)).squeeze(1)
+
+
+@torch.inference_mode()
+def sample_search(
+    model,
+    src: Tensor,
+    *,
+    sampling: Sampling,
+    sentences: list[int],
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    alpha: float = 0.6,
+    length_penalty_kind: str = "gnmt",
+) -> list[list[Hypothesis]]:
+    """Greedy search with a random draw in place of the argmax (see `Sampling`, `sample_choice`): one hypothesis per
+    sentence; `sentences` are the batch's indices in the input, which with `sampling.seed` seed each row's draws
+    (`sentence_uniforms`). Scores are the model's, log P(Y | X) / lp(Y), whatever the temperature."""
+    uniforms = sentence_uniforms(sampling.seed, sentences, model.config.max_len).to(src.device)  # (B, max_len)
+    pick = lambda lprobs, t: sample_choice(lprobs, uniforms[:, t], sampling)
+    return _one_per_row(
+        model,
+        src,
+        pick,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        alpha=alpha,
+        length_penalty_kind=length_penalty_kind,
+    )
+
+
+def _one_per_row(
+    model,
+    src: Tensor,
+    pick,
+    *,
+    max_len_a: float,
+    max_len_b: int,
+    alpha: float,
+    length_penalty_kind: str,
+    constraint=None,
+) -> list[list[Hypothesis]]:
+    """One hypothesis per sentence, one decoder row each: `pick(lprobs (B, V), t)` chooses every row's next token
+    from its log-probabilities (PAD, BOS and disallowed tokens at -inf) until EOS or the maximum length."""
     batch = src.size(0)
     memory = model.encode(src)
     cache = model.start_decoding(memory, model.pad_mask(src))
@@ -76,7 +175,8 @@ def greedy_search(
         lprobs = _force_eos(lprobs, max_len.eq(t + 1))  # the last allowed position must be EOS
         if constraint is not None:
             lprobs = lprobs.masked_fill(~constraint.allowed(cstate), float("-inf"))
-        best, nxt = lprobs.max(dim=-1)  # (B,)
+        nxt = pick(lprobs, t)  # (B,)
+        best = lprobs.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (B,)
         nxt = nxt.masked_fill(done, PAD_ID)
         if constraint is not None:
             cstate = constraint.advance(cstate, nxt)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,9 @@ from ..training.checkpoint import find_weights, load_weights
 from . import front
 from .ensemble import Ensemble
 from .front import Decoded, Translation
-from .search import beam_search, greedy_search
+from .search import beam_search, greedy_search, sample_search
 
-__all__ = ["AttentionMaps", "Decoded", "Translation", "Translator"]
+__all__ = ["AttentionMaps", "Decoded", "PairScore", "Translation", "Translator"]
 
 
 def _languages(path: str | Path) -> tuple[str, str]:
@@ -27,6 +28,17 @@ def _languages(path: str | Path) -> tuple[str, str]:
     run_dir, _ = find_weights(path)
     data = read_config(run_dir / "config.json", Config).data
     return data.src, data.tgt
+
+
+@dataclass(frozen=True)
+class PairScore:
+    """The model's score of one given (source, target) pair: log P(Y | X), the tokens it counts (EOS included),
+    their mean, and with `tokens=True` each token's log-probability."""
+
+    total: float
+    tokens: int
+    mean: float
+    per_token: list[float] | None = None
 
 
 @dataclass
@@ -145,11 +157,16 @@ class Translator:
         length_penalty: str | None = None,
         mbr: str | None = None,
         patience: float | None = None,
+        sampling_topk: int | None = None,
+        sampling_topp: float | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
         progress: bool = False,
     ) -> Decoded:
         """Per sentence, its `nbest` best translations, best first (an empty line gets an empty list), and which
         sentences were cut to the model's positions. Options left None are the run's decode.* settings; with `mbr`
-        ("bleu"/"chrf") the beam's hypotheses are reordered by expected utility (decoding/front.py)."""
+        ("bleu"/"chrf") the beam's hypotheses are reordered by expected utility (decoding/front.py). A `sampling_topk`
+        other than 1 samples one translation per sentence (DecodeConfig.sampling_topk, search.sample_search)."""
         settings = front.options(
             self.decode,
             beam=beam,
@@ -159,6 +176,10 @@ class Translator:
             length_penalty=length_penalty,
             mbr=mbr,
             patience=patience,
+            sampling_topk=sampling_topk,
+            sampling_topp=sampling_topp,
+            temperature=temperature,
+            seed=seed,
         )
         was_training = self.model.training
         self.model.eval()
@@ -168,14 +189,15 @@ class Translator:
                 settings,
                 encode=self._cut_sources,
                 groups=lambda sources: self._batches(sources, settings.batch_tokens),
-                search=lambda sources: self._search(sources, settings),
+                search=lambda sources, lines: self._search(sources, lines, settings),
                 progress=progress,
             )
         finally:
             self.model.train(was_training)
 
-    def _search(self, sources: list[list[int]], settings: front.Options) -> list[list[Translation]]:
-        """One batch through greedy or beam search: per source its `settings.nbest` hypotheses, best first."""
+    def _search(self, sources: list[list[int]], lines: list[int], settings: front.Options) -> list[list[Translation]]:
+        """One batch through greedy, sampling or beam search: per source its `settings.nbest` hypotheses, best
+        first; `lines` are the sources' indices in the input (each seeds its sentence's draws when sampling)."""
         d, src = self.decode, self._padded(sources)
         search: dict[str, Any] = dict(
             alpha=settings.alpha,
@@ -183,7 +205,9 @@ class Translator:
             max_len_a=d.max_len_a,
             max_len_b=d.max_len_b,
         )
-        if settings.beam == 1 and settings.nbest == 1:
+        if settings.sampling is not None:
+            hyps = sample_search(self.model, src, sampling=settings.sampling, sentences=lines, **search)
+        elif settings.beam == 1 and settings.nbest == 1:
             hyps = greedy_search(self.model, src, **search)
         else:
             hyps = beam_search(
@@ -207,6 +231,46 @@ class Translator:
         if isinstance(sentences, str):
             return self.translate([sentences], **kwargs)[0]
         return [hyps[0].text if hyps else "" for hyps in self.decode_lines(list(sentences), **kwargs).hypotheses]
+
+    def score(
+        self, sources: Sequence[str], targets: Sequence[str], *, batch_tokens: int | None = None, tokens: bool = False
+    ) -> list[PairScore]:
+        """The model's log-probability of each given (source, target) pair, teacher-forced: log P(Y | X) summed over
+        the target's tokens and EOS (no length penalty), as the search's `log_prob` counts it (log-softmax over the
+        whole vocabulary). Pairs go through in batches by length (`batch_tokens`, default decode.batch_tokens);
+        a batch's padding never changes a score (the masks hide it). `tokens`: also each token's log-probability."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        src_ids = self.encode_sources(list(sources))
+        limit = self.model.config.max_len - 1  # BOS + target fits the positions
+        tgt_ids = [ids[: limit - 1] + [EOS_ID] for ids in self.tokenizer.encode(list(targets))]
+        budget = self.decode.batch_tokens if batch_tokens is None else batch_tokens
+        longest = [max(len(s), len(t)) for s, t in zip(src_ids, tgt_ids)]
+        results: list[PairScore | None] = [None] * len(src_ids)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for batch in self._batches([[0] * n for n in longest], budget):
+                per_token = self._teacher_forced([src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
+                for i, lp in zip(batch, per_token):
+                    total = float(sum(lp))
+                    results[i] = PairScore(total, len(lp), total / len(lp), lp if tokens else None)
+        finally:
+            self.model.train(was_training)
+        return cast(list[PairScore], results)
+
+    @torch.inference_mode()
+    def _teacher_forced(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+        """Per pair, the log-probability of each target token (EOS last) given the source and the tokens before."""
+        src = self._padded(sources)  # (B, S)
+        tgt = self._padded(targets)  # (B, T) target + EOS, PAD after
+        tgt_in = torch.cat([torch.full_like(tgt[:, :1], BOS_ID), tgt[:, :-1]], dim=1)  # (B, T)
+        models = self.model.members if isinstance(self.model, Ensemble) else [self.model]
+        lprobs = torch.stack([torch.log_softmax(m(src, tgt_in).float(), dim=-1) for m in models])  # (M, B, T, V)
+        # an ensemble's distribution is its members' mean (decoding/ensemble.py)
+        lprobs = torch.logsumexp(lprobs, dim=0) - math.log(len(models))  # (B, T, V)
+        picked = lprobs.gather(2, tgt.unsqueeze(2)).squeeze(2)  # (B, T)
+        return [row[: len(ids)] for row, ids in zip(picked.tolist(), targets)]
 
     @torch.no_grad()
     def attention(self, source: str, target: str | None = None) -> AttentionMaps:

@@ -62,7 +62,8 @@ from ..config import Config, ConfigError, DecodeConfig, ModelConfig, read_config
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from ..decoding import front
 from ..decoding.front import Decoded, Translation
-from ..decoding.search import length_penalty
+from ..decoding.search import Sampling, length_penalty
+from ..decoding.translator import PairScore
 from ..model import Transformer
 from ..outputs import MANIFEST, atomic_folder, check_replaceable, read_manifest
 from ..training.checkpoint import find_weights, load_weights
@@ -268,7 +269,9 @@ class _Search:
         return log_prob / float(length_penalty(float(length), kind=self.penalty, alpha=self.alpha))
 
 
-def _search(*, beam: int, nbest: int, alpha: float, penalty: str, patience: float) -> _Search:
+def _search(
+    *, beam: int, nbest: int, alpha: float, penalty: str, patience: float, sampling: Sampling | None = None
+) -> _Search:
     """`translate_batch` options that give our search's semantics (see the module docstring)."""
     if penalty not in ("gnmt", "length", "none"):
         raise ConfigError(f"unknown length penalty {penalty!r} (gnmt, length, none)")
@@ -288,6 +291,10 @@ def _search(*, beam: int, nbest: int, alpha: float, penalty: str, patience: floa
         "min_decoding_length": 0,
         "max_input_length": 0,
     }
+    if sampling is not None:  # the engine's names for the same settings
+        engine.update(
+            sampling_topk=sampling.topk, sampling_topp=sampling.topp, sampling_temperature=sampling.temperature
+        )
     return _Search(engine, beam == 1, penalty, alpha)
 
 
@@ -378,9 +385,15 @@ class CTranslate2Translator:
         batch_tokens: int | None = None,
         length_penalty: str | None = None,
         mbr: str | None = None,
+        sampling_topk: int | None = None,
+        sampling_topp: float | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
         progress: bool = False,
     ) -> Decoded:
-        """`Translator.decode_lines` (decoding/front.py) on the engine; its patience is this translator's."""
+        """`Translator.decode_lines` (decoding/front.py) on the engine; its patience is this translator's.
+        Sampling uses the engine's own sampler and random generator (`ctranslate2.set_random_seed(seed)`): the same
+        settings, not the same draws as the torch engine, nor independent of the batching."""
         settings = front.options(
             self.decode,
             beam=beam,
@@ -390,16 +403,23 @@ class CTranslate2Translator:
             length_penalty=length_penalty,
             mbr=mbr,
             patience=self.patience,
+            sampling_topk=sampling_topk,
+            sampling_topp=sampling_topp,
+            temperature=temperature,
+            seed=seed,
         )
+        if settings.sampling is not None:
+            _ctranslate2().set_random_seed(settings.sampling.seed)
         search = _search(
             beam=settings.beam,
             nbest=settings.nbest,
             alpha=settings.alpha,
             patience=settings.patience,
             penalty=settings.length_penalty,
+            sampling=settings.sampling,
         )
 
-        def decode(sources: list[list[int]]) -> list[list[Translation]]:
+        def decode(sources: list[list[int]], lines: list[int]) -> list[list[Translation]]:  # lines: the engine's RNG
             longest = max(len(ids) for ids in sources)
             return self._decode(sources, self.max_output(longest), settings.batch_tokens, search)
 
@@ -444,6 +464,27 @@ class CTranslate2Translator:
                 hyps.append((ids, search.score(float(score), len(ids) + 1)))  # EOS: generated, or ours forced
             texts = self.tokenizer.decode([ids for ids, _ in hyps])
             out.append([Translation(text, score, ids) for text, (ids, score) in zip(texts, hyps)])
+        return out
+
+    def score(
+        self, sources: list[str], targets: list[str], *, batch_tokens: int | None = None, tokens: bool = False
+    ) -> list[PairScore]:
+        """`Translator.score` on the engine's `score_batch`: its log-probability of each target token, EOS
+        included (the engine adds EOS to both sides), summed."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        budget = self.decode.batch_tokens if batch_tokens is None else batch_tokens
+        results = self.engine.score_batch(
+            [[self.pieces[i] for i in ids] for ids in self.encode_sources(sources)],
+            [[self.pieces[i] for i in ids[: self.max_len - 2]] for ids in self.tokenizer.encode(targets)],
+            max_batch_size=budget,
+            batch_type="tokens",
+            max_input_length=0,
+        )
+        out = []
+        for result in results:
+            lp = [float(x) for x in result.log_probs]
+            out.append(PairScore(sum(lp), len(lp), sum(lp) / len(lp), lp if tokens else None))
         return out
 
     def _suppressed(self) -> list[list[str]]:
