@@ -151,6 +151,7 @@ RECIPE_PARAMETERS = {
     "demo": 790_528,
     "multi30k": 5_785_600,
     "multi30k-60min": 5_785_600,
+    "multi30k-multilingual": 5_785_600,
     "multi30k-bf16-pair": 5_785_600,
     "wmt14-base": 44_650_496,
 }

@@ -246,8 +246,26 @@ def render() -> str:
                 out += [f"As {default}'s [{table.section}] above; these keys are its own or differ in default:", ""]
                 out += _full_table(table, skip=inherited)
                 continue
-            out += _paragraphs(class_doc(table.cls)) + _full_table(table)
+            out += _paragraphs(class_doc(table.cls)) + _full_table(table) + _sub_tables(task, table)
     return "\n".join(out) + "\n"
+
+
+def _sub_tables(task: str, table: Table) -> list[str]:
+    """The keys of each array of tables in `table` (a field of type tuple[SomeDataclass, ...]: `[[data.corpora]]`)."""
+    out: list[str] = []
+    for name, hint in typing.get_type_hints(table.cls).items():
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) is tuple and args and dataclasses.is_dataclass(args[0]):
+            cls = typing.cast(type, args[0])
+            out += ["", f"#### {task}: [[{table.section}.{name}]]", ""]
+            out += _paragraphs(class_doc(cls))
+            lines = ["| key | type | default | help |", "| --- | --- | --- | --- |"]
+            for f in dataclasses.fields(cls):
+                default = "(required)" if f.default is dataclasses.MISSING else value_text(f.default)
+                cells = [_code(f.name), _code(type_text(f.type)), _code(default), _cell(field_help(cls, f.name))]
+                lines.append("| " + " | ".join(cells) + " |")
+            out += lines
+    return out
 
 
 def main(argv: Sequence[str] | None = None, *, default_out: Path | None = None) -> int:

@@ -82,6 +82,8 @@ def decode_options(p) -> None:
     )
     p.add_argument("--temperature", type=float, default=None, metavar="T", help="sampling temperature (default 1)")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed (default: decode.seed, 0)")
+    p.add_argument("--tag", default=None, metavar="T", help="put this tag (a token of data.corpora, e.g. <2de>) "
+                   "before every source")  # fmt: skip
     p.add_argument("--device", default="auto")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")

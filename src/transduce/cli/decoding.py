@@ -102,9 +102,13 @@ def cmd_evaluate(args) -> int:
 
 
 def _sampling(args) -> dict:
-    """The sampling flags given (the others are the run's decode.* settings)."""
+    """The sampling flags and the tag given (the others are the run's decode.* settings)."""
     given = dict(
-        sampling_topk=args.sampling_topk, sampling_topp=args.sampling_topp, temperature=args.temperature, seed=args.seed
+        sampling_topk=args.sampling_topk,
+        sampling_topp=args.sampling_topp,
+        temperature=args.temperature,
+        seed=args.seed,
+        tag=args.tag,
     )
     return {key: value for key, value in given.items() if value is not None}
 
@@ -124,7 +128,7 @@ def cmd_score_pairs(args) -> int:
     else:
         scorer = Translator.from_run(args.run, device=args.device)
     out = sys.stdout
-    for pair in scorer.score(sources, targets, batch_tokens=args.batch_tokens, tokens=args.tokens):
+    for pair in scorer.score(sources, targets, batch_tokens=args.batch_tokens, tokens=args.tokens, tag=args.tag or ""):
         fields = [f"{pair.total:.6f}", str(pair.tokens), f"{pair.mean:.6f}"]
         fields += [" ".join(f"{x:.6f}" for x in pair.per_token or [])] if args.tokens else []
         out.write("\t".join(fields) + "\n")
@@ -180,6 +184,7 @@ def register(sub) -> None:
     p.add_argument("--src", required=True, help="sources, one a line")
     p.add_argument("--tgt", required=True, help="targets, one a line, as many as sources")
     p.add_argument("--tokens", action="store_true", help="also each token's log-probability (a 4th column)")
+    p.add_argument("--tag", default=None, metavar="T", help="put this tag (data.corpora's) before every source")
     p.add_argument("--batch-tokens", type=int, default=None, help="tokens per batch (default: decode.batch_tokens)")
     p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch", help="ctranslate2: score_batch")
     p.add_argument("--device", default="auto")

@@ -40,7 +40,9 @@ def cmd_prepare(args) -> int:
     from ..data import prepare
 
     options = {
-        "train": args.train,
+        "train": args.train or "",
+        "corpora": tuple(_corpus(text) for text in args.corpus),
+        "valid_tag": args.valid_tag or "",
         "valid": args.valid or "",
         "test": tuple(args.test),
         "src": args.src,
@@ -51,6 +53,23 @@ def cmd_prepare(args) -> int:
             options[name] = getattr(args, name)
     prepare(DataConfig(**options), args.out, max_tokens=args.max_tokens)
     return 0
+
+
+def _corpus(text: str):
+    """`--corpus PREFIX[,weight=W][,tag=T]` -> one of data.corpora."""
+    from ..config import ConfigError, CorpusConfig
+
+    prefix, *fields = text.split(",")
+    given: dict[str, object] = {}
+    for field in fields:
+        key, _, value = field.partition("=")
+        if key not in ("weight", "tag") or not value:
+            raise ConfigError(f"--corpus {text}: expected PREFIX[,weight=W][,tag=T], got {field!r}")
+        try:
+            given[key] = float(value) if key == "weight" else value
+        except ValueError:
+            raise ConfigError(f"--corpus {text}: the weight must be a number, got {value!r}") from None
+    return CorpusConfig(prefix=prefix, **given)  # type: ignore[arg-type]
 
 
 def cmd_train(args) -> int:
@@ -145,7 +164,16 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("prepare", help="train the joint SentencePiece vocabulary and encode parallel text")
-    p.add_argument("--train", required=True, help="training file prefix (PREFIX.SRC and PREFIX.TGT, .gz allowed)")
+    p.add_argument("--train", help="training file prefix (PREFIX.SRC and PREFIX.TGT, .gz allowed)")
+    p.add_argument(
+        "--corpus",
+        action="append",
+        default=[],
+        metavar="PREFIX[,weight=W][,tag=T]",
+        help="a training corpus of several, in place of --train (repeatable; data.corpora): each epoch draws W x its "
+        "pairs; T (e.g. <bt>) becomes one token put before each of its sources",
+    )
+    p.add_argument("--valid-tag", metavar="T", help="put this corpus tag before every validation source")
     p.add_argument("--valid", help="validation file prefix")
     p.add_argument("--test", action="append", default=[], help="test file prefix (repeatable)")
     p.add_argument("--src", required=True)

@@ -43,11 +43,15 @@ def _coerce(value, annotation, key: str):
         raise ConfigError(f"{key}: expected {annotation}, got {value!r}")
     if origin is tuple:
         (item_type, _) = typing.get_args(annotation)
-        if isinstance(value, str):
+        if isinstance(value, (str, dict)):
             value = [value]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         return tuple(_coerce(v, item_type, key) for v in value)
+    if dataclasses.is_dataclass(annotation):  # a table of its own ([[data.corpora]])
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a table of keys, got {value!r}")
+        return _build_section(annotation, value, key)
     if annotation is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{key}: expected true or false, got {value!r}")
@@ -67,10 +71,20 @@ def _coerce(value, annotation, key: str):
     raise ConfigError(f"{key}: unsupported type {annotation}")  # pragma: no cover
 
 
+def build_section(cls, values: dict, section: str):
+    """One section's dataclass from its keys (a recipe's table, or JSON a run or a prepared folder recorded), each
+    value checked against its field's type (lists become tuples, tables their dataclasses)."""
+    return _build_section(cls, values, section)
+
+
 def _build_section(cls, values: dict, section: str):
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in values
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]  # fmt: skip
+    if missing:
+        raise ConfigError(f"{section}: {missing[0]} is required")
     for key, value in values.items():
         if key not in names:
             raise ConfigError(f"unknown key {section}.{key} (known: {', '.join(sorted(names))})")

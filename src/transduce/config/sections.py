@@ -9,6 +9,7 @@ reads recipes and run directories into them.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,16 +90,53 @@ class ModelConfig:
         return cls(vocab_size=vocab_size, **settings)
 
 
+TAG_CHARACTERS = "<>_-" + "".join(map(chr, range(ord("a"), ord("z") + 1)))  # what a tag may hold besides A-Z, 0-9
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorpusConfig:
+    """One training corpus of several (`[[data.corpora]]`): its files, its share of each epoch and its tag.
+
+    `weight`: each epoch draws weight x (its pairs) of this corpus: 2 takes every pair twice, 0.5 a seeded half, so a
+    small corpus can be upsampled and a big one downsampled. `tag` (e.g. `<bt>`, `<2de>`): one token of the
+    vocabulary (a SentencePiece user symbol) put before every source of this corpus; `translate --tag` puts it
+    before the input at inference."""
+
+    prefix: str  # the corpus's files: PREFIX.{src} and PREFIX.{tgt} (plain or .gz)
+    src: str = ""  # its source suffix; empty: data.src
+    tgt: str = ""  # its target suffix; empty: data.tgt
+    weight: float = 1.0  # each epoch draws weight x its size of its pairs (> 0)
+    tag: str = ""  # a token put before each of its sources; empty: none
+
+    def __post_init__(self) -> None:
+        if not self.prefix:
+            raise ConfigError("data.corpora: every corpus needs a prefix (PREFIX.src, PREFIX.tgt)")
+        if not (self.weight > 0 and math.isfinite(self.weight)):
+            raise ConfigError(f"data.corpora ({self.prefix}): the weight must be above 0, got {self.weight}")
+        check_tag(self.tag, f"data.corpora ({self.prefix}): tag")
+
+
+def check_tag(tag: str, what: str) -> None:
+    """A tag is empty (none) or one word of letters, digits and < > _ - (`<2de>`, `<bt>`, `>>fr<<`)."""
+    if tag and (not all(c.isascii() and (c.isalnum() or c in TAG_CHARACTERS) for c in tag) or len(tag) > 32):
+        raise ConfigError(f"{what} {tag!r}: a tag is up to 32 letters, digits and the characters < > _ -")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
     """Where the parallel text is and how it becomes token ids (the paper's §5.1: one shared subword vocabulary).
 
-    `train`, `valid`, `test` are file prefixes: PREFIX.{src} and PREFIX.{tgt}, optionally gzipped.
+    `train`, `valid`, `test` are file prefixes: PREFIX.{src} and PREFIX.{tgt}, optionally gzipped. Several training
+    corpora, each with its weight and tag, are `corpora` (`[[data.corpora]]` tables) in place of `train`.
     """
 
     train: str = ""  # training text: the file prefix of PREFIX.{src} and PREFIX.{tgt} (plain or .gz)
+    # several training corpora in place of `train`: [[data.corpora]] tables of prefix, src, tgt, weight, tag
+    # (CorpusConfig; docs/training.md#several-corpora-weights-and-tags)
+    corpora: tuple[CorpusConfig, ...] = ()
     valid: str = ""  # validation text, a file prefix as `train`; empty = no validation
     test: tuple[str, ...] = ()  # test sets, file prefixes as `train`: encoded and kept beside the prepared data
+    valid_tag: str = ""  # a tag (see corpora) put before every validation source, and before validation's inputs
     src: str = "en"  # the source side's file suffix (PREFIX.en)
     tgt: str = "de"  # the target side's file suffix (PREFIX.de)
     vocab_size: int = 8000  # pieces of the joint SentencePiece vocabulary that both sides share (§5.1)
@@ -131,6 +169,17 @@ class DataConfig:
             raise ConfigError("data.max_len and data.max_ratio must be positive")
         if self.vocab_sample < 1 or self.workers < 0:
             raise ConfigError("data.vocab_sample must be positive and data.workers >= 0 (0: one per core)")
+        if self.train and self.corpora:
+            raise ConfigError("data.train and data.corpora both name training text: use one (a corpus of "
+                              "data.corpora may be the data.train prefix)")  # fmt: skip
+        check_tag(self.valid_tag, "data.valid_tag")
+        if self.valid_tag and not self.valid:
+            raise ConfigError("data.valid_tag tags the validation sources, but data.valid is empty")
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The corpora's tags and data.valid_tag, each once, in order: the vocabulary's user symbols."""
+        return tuple(dict.fromkeys(t for t in (*(c.tag for c in self.corpora), self.valid_tag) if t))
 
 
 @dataclass(frozen=True, kw_only=True)

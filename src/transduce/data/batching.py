@@ -51,6 +51,37 @@ def make_batches(
     return batches
 
 
+def corpus_draw(bounds: np.ndarray, weights: list[float], *, seed: int, epoch: int) -> np.ndarray | None:
+    """The pairs an epoch trains on when the training split holds several corpora with weights (data.corpora):
+    corpus c (pairs bounds[c] to bounds[c + 1]) gives weight x its size of them: each pair floor(weight) times, and a
+    seeded choice (without repeats, new each epoch) of the fraction left. None when every weight is 1: every pair
+    once, the epoch as it always was. A pure function of (bounds, weights, seed, epoch), so a resumed run and every
+    rank draw the same pairs."""
+    if all(w == 1.0 for w in weights):
+        return None
+    rng = np.random.default_rng([seed, epoch, 0x636F7270])  # its own stream: the batch order's stays as it is
+    parts = []
+    for c, weight in enumerate(weights):
+        first, size = int(bounds[c]), int(bounds[c + 1] - bounds[c])
+        whole, extra = divmod(weight * size, size) if size else (0, 0)
+        parts += [np.arange(first, first + size)] * int(whole)
+        extra = round(extra)
+        if extra:
+            parts.append(np.sort(rng.choice(size, size=extra, replace=False)) + first)
+    dtype = np.int32 if int(bounds[-1]) < 2**31 else np.int64
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
+
+def epoch_batches(
+    src_lengths: np.ndarray, tgt_lengths: np.ndarray, draw: np.ndarray | None, *, max_tokens: int, seed: int, epoch: int
+) -> list[np.ndarray]:
+    """make_batches over the epoch's drawn pairs (`corpus_draw`; None: all of them once), as indices of the split."""
+    if draw is None:
+        return make_batches(src_lengths, tgt_lengths, max_tokens=max_tokens, seed=seed, epoch=epoch)
+    batches = make_batches(src_lengths[draw], tgt_lengths[draw], max_tokens=max_tokens, seed=seed, epoch=epoch)
+    return [draw[b] for b in batches]
+
+
 def _batch_ends(s_sorted: np.ndarray, t_sorted: np.ndarray, max_tokens: int) -> np.ndarray:
     """Greedy packing of the sorted pairs: a batch takes pairs while count x its longest source and count x its
     longest target each stay <= max_tokens (its first pair always). Returns each batch's end (exclusive)."""

@@ -21,14 +21,11 @@ from functools import partial
 from itertools import zip_longest
 from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..config import DataConfig
-
-if TYPE_CHECKING:
-    pass
 from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_leftovers, remove_own_folder
 from .cache import reuse_or_build
 from .corpus import ParallelCorpus, TokenArrays
@@ -45,6 +42,7 @@ from .stream import (
 )
 from .text import DataError, file_digest, find_side, read_lines
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError
+from .training_text import training_corpora
 
 # prepare ----------------------------------------------------------------------------------------------------------
 PARTIAL = "data (unfinished)"  # the manifest kind of a prepare's work folder, kept until the cache is complete
@@ -69,11 +67,21 @@ class Prepared:
 
         lines = np.load(self.root / f"{split}.lines.npy", allow_pickle=False)
         errors = self.summary.get("options", {}).get("errors", "strict")
-        sides = []
-        for name in self.summary["splits"][split]["files"]:
-            check_unchanged(Path(name), self.summary, self.root)
-            sides.append(_select_lines(Path(name), lines, errors))
+        sides: list[list[str]] = [[], []]
+        for corpus in training_corpora(self.summary):  # each corpus's kept pairs, one after the other
+            first, count = corpus["first"], corpus["sentences"]
+            for side, name in zip(sides, corpus["files"]):
+                check_unchanged(Path(name), self.summary, self.root)
+                side.extend(_select_lines(Path(name), lines[first : first + count], errors))
         return sides[0], sides[1]
+
+    def corpus_bounds(self) -> np.ndarray:
+        """Where each training corpus's pairs begin in the training split, and the end: [0, n1, n1 + n2, ...]."""
+        corpora = training_corpora(self.summary)
+        return np.asarray([0] + [c["first"] + c["sentences"] for c in corpora], dtype=np.int64)
+
+    def corpus_weights(self) -> list[float]:
+        return [float(c.get("weight", 1.0)) for c in training_corpora(self.summary)]
 
 
 def _select_lines(path: Path, wanted: np.ndarray, errors: str) -> list[str]:
@@ -89,10 +97,47 @@ def _select_lines(path: Path, wanted: np.ndarray, errors: str) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class Input:
+    """One corpus of a split: its two files (absolute), the tag put before its sources, its weight (training)."""
+
+    src: Path
+    tgt: Path
+    tag: str = ""
+    weight: float = 1.0
+
+    @property
+    def pair(self) -> tuple[Path, Path]:
+        return self.src, self.tgt
+
+
+Inputs = dict[str, list[Input]]  # split -> its corpora (one, but for a training split of data.corpora)
+
+
+def split_inputs(config: DataConfig) -> Inputs:
+    """Every split's files, found (PREFIX.SIDE or PREFIX.SIDE.gz) and made absolute: the summary records where the
+    training text is (subword sampling reads it again)."""
+
+    def found(prefix: str, src: str, tgt: str, **kw: Any) -> Input:
+        return Input(find_side(prefix, src).absolute(), find_side(prefix, tgt).absolute(), **kw)
+
+    inputs = {}
+    for split, prefix in split_prefixes(config).items():
+        if split == "train" and config.corpora:
+            inputs[split] = [
+                found(c.prefix, c.src or config.src, c.tgt or config.tgt, tag=c.tag, weight=c.weight)
+                for c in config.corpora
+            ]
+        else:
+            inputs[split] = [found(prefix, config.src, config.tgt, tag=config.valid_tag if split == "valid" else "")]
+    return inputs
+
+
 def split_prefixes(config: DataConfig) -> dict[str, str]:
-    if not config.train:
-        raise DataError("no training data: set data.train (a file prefix, e.g. multi30k/train)")
-    splits = {"train": config.train}
+    """Each split's file prefix (the training split's: data.train, or data.corpora's first), by split name."""
+    if not config.train and not config.corpora:
+        raise DataError("no training data: set data.train (a file prefix, e.g. multi30k/train) or data.corpora")
+    splits = {"train": config.train or config.corpora[0].prefix}
     if config.valid:
         splits["valid"] = config.valid
     for prefix in config.test:  # a test split is named by its file name (what `evaluate` and the summary show)
@@ -108,8 +153,12 @@ def split_prefixes(config: DataConfig) -> dict[str, str]:
     return splits
 
 
-def _input_digests(files: dict[str, tuple[Path, Path]]) -> dict[str, str]:
-    return {str(path): file_digest(path) for pair in files.values() for path in pair}
+def _input_digests(files: Inputs) -> dict[str, str]:
+    return {str(path): file_digest(path) for path in _all_files(files)}
+
+
+def _all_files(files: Inputs) -> list[Path]:
+    return list(dict.fromkeys(path for inputs in files.values() for one in inputs for path in one.pair))
 
 
 # DataConfig fields that do not change what `prepare` writes (and so stay out of the cache key; data.tokenizer's
@@ -153,18 +202,21 @@ def with_tokenizer(config: DataConfig) -> tuple[DataConfig, str]:
     return config, digest
 
 
-def _cache_key(
-    config: DataConfig, files: dict[str, tuple[Path, Path]], digests: dict[str, str], tokenizer: str = ""
-) -> str:
-    """The options and the inputs' contents, with data.tokenizer's contents (`tokenizer`, its digest) where it
-    is given (the cache's layout is the manifest's, outputs.FORMAT)."""
+def _cache_key(config: DataConfig, files: Inputs, digests: dict[str, str], tokenizer: str = "") -> str:
+    """The options (data.corpora's weights and tags among them) and the inputs' contents, with data.tokenizer's
+    contents (`tokenizer`, its digest) where it is given (the cache's layout is the manifest's, outputs.FORMAT)."""
     left_out = NOT_IN_KEY + (VOCABULARY_OPTIONS if tokenizer else ())
     options = {k: v for k, v in asdict(config).items() if k not in left_out}
+    for name in ("corpora", "valid_tag"):  # unset: the key of a one-corpus cache stays as it was before them
+        if not options[name]:
+            del options[name]
     h = hashlib.sha256()
     given = {"tokenizer": tokenizer} if tokenizer else {}  # a learned vocabulary's keys stay as they always were
     h.update(json.dumps({"options": options, **given}, sort_keys=True).encode())
-    for split, (src, tgt) in sorted(files.items()):
-        h.update(f"{split}:{digests[str(src)]}:{digests[str(tgt)]}".encode())
+    for split, inputs in sorted(files.items()):
+        h.update(
+            f"{split}:".encode() + ":".join(f"{digests[str(i.src)]}:{digests[str(i.tgt)]}" for i in inputs).encode()
+        )
     return h.hexdigest()[:16]
 
 
@@ -189,12 +241,7 @@ def prepare(
     """
     out_dir = Path(out_dir)
     config, tokenizer_digest = with_tokenizer(config)
-    prefixes = split_prefixes(config)
-    # absolute paths: the summary records where the training text is (read again by subword sampling)
-    files = {
-        split: (find_side(p, config.src).absolute(), find_side(p, config.tgt).absolute())
-        for split, p in prefixes.items()
-    }
+    files = split_inputs(config)
     stats = _input_stats(files)  # before the digests: a file changed while it is read shows at the end
     digests = _input_digests(files)
     key = _cache_key(config, files, digests, tokenizer_digest)
@@ -214,9 +261,9 @@ def prepare(
     return load_prepared(out_dir)
 
 
-def _input_stats(files: dict[str, tuple[Path, Path]]) -> dict[str, list[int]]:
+def _input_stats(files: Inputs) -> dict[str, list[int]]:
     """Size and modification time of each input (training_text.py checks them before reading the text again)."""
-    return {str(p): [p.stat().st_size, p.stat().st_mtime_ns] for pair in files.values() for p in pair}
+    return {str(p): [p.stat().st_size, p.stat().st_mtime_ns] for p in _all_files(files)}
 
 
 def _prepare_resumable(config: DataConfig, files: dict, out: Path, key: str, max_tokens: int, work: Path, log) -> dict:
@@ -266,8 +313,9 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
     elif not tokenizer_path.is_file():
         _learn_vocabulary(config, files, tokenizer_path, log)
     tokenizer = Tokenizer(tokenizer_path)
+    tag_ids = {tag: _tag_id(tokenizer, tag, config) for tag in config.tags}
     id_dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "int32"
-    chunk_stats = _encode_chunks(config, files, work, str(tokenizer_path), id_dtype, log)
+    chunk_stats = _encode_chunks(config, files, work, str(tokenizer_path), id_dtype, tag_ids, log)
 
     for name in ("tokenizer.model", "tokenizer.json"):
         if (work / name).is_file():  # a given SentencePiece model may have no settings file beside it
@@ -282,16 +330,24 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
     }
     for split, stats in chunk_stats.items():
         folders = [chunk_folder(work / "chunks", split, i) for i in range(len(stats))]
-        for side, path in zip(("src", "tgt"), files[split]):
-            if not any(s["nonblank"][side == "tgt"] for s in stats):
-                raise DataError(f"{path}: the file is empty")
+        for k, one in enumerate(files[split]):
+            for side, path in zip(("src", "tgt"), one.pair):
+                if not any(s["nonblank"][side == "tgt"] for s in stats if s.get("corpus", 0) == k):
+                    raise DataError(f"{path}: the file is empty")
         corpus = _join_chunks(split, folders, out, id_dtype, text=split != "train")
         info: dict[str, Any] = {
-            "files": [str(p) for p in files[split]],
-            "lines": sum(s["lines"] for s in stats),
-            "sentences": len(corpus),
-            "dropped": {k: sum(s["dropped"][k] for s in stats) for k in stats[0]["dropped"]},
+            "files": [str(p) for one in files[split] for p in one.pair],
+            **_counts(stats),
         }
+        if split == "train":  # each corpus's share of the split: its first kept pair, its counts, weight and tag
+            info["corpora"], first = [], 0
+            for k, one in enumerate(files[split]):
+                counts = _counts([s for s in stats if s.get("corpus", 0) == k])
+                files_k = [str(p) for p in one.pair]
+                info["corpora"].append(
+                    {"files": files_k, "first": first, **counts, "weight": one.weight, "tag": one.tag}
+                )
+                first += counts["sentences"]
         for side, arr, lengths in (("src", corpus.src, corpus.src_lengths), ("tgt", corpus.tgt, corpus.tgt_lengths)):
             n = int(arr.offsets[-1])
             info[f"{side}_tokens"] = n
@@ -303,25 +359,47 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
             info["padding_efficiency"] = round(padding_efficiency(corpus, batches), 4)
             info["max_tokens"] = max_tokens
         summary["splits"][split] = info
-    if not summary["splits"]["train"]["sentences"]:
-        raise DataError(f"{files['train'][0]}: no usable training pairs (all empty, too long or unbalanced)")
+    for corpus in summary["splits"]["train"]["corpora"]:
+        if not corpus["sentences"]:
+            raise DataError(f"{corpus['files'][0]}: no usable training pairs (all empty, too long or unbalanced)")
     return summary
+
+
+def _counts(stats: list[dict]) -> dict[str, Any]:
+    """Lines read, pairs kept and pairs dropped (by reason) over some chunks' stats."""
+    reasons = dict.fromkeys(k for s in stats for k in s["dropped"])
+    return {
+        "lines": sum(s["lines"] for s in stats),
+        "sentences": sum(s["sentences"] for s in stats),
+        "dropped": {k: sum(s["dropped"].get(k, 0) for s in stats) for k in reasons},
+    }
+
+
+def _tag_id(tokenizer: Tokenizer, tag: str, config: DataConfig) -> int:
+    """A tag's one token id; a tag that is not a token of data.tokenizer's vocabulary is refused, naming the key."""
+    try:
+        return tokenizer.tag_id(tag)
+    except TokenizerError as err:
+        key = "data.valid_tag" if tag == config.valid_tag else "data.corpora"
+        raise DataError(f"{key}: {err}; a given vocabulary (data.tokenizer) must hold every tag") from None
 
 
 def _learn_vocabulary(config: DataConfig, files: dict, tokenizer_path: Path, log) -> None:
     """Every split's files checked (not empty, as long as each other) before anything is made; then the joint
     SentencePiece model learned from the seeded sample of the training sides."""
     counts = {}
-    for split, (src_path, tgt_path) in files.items():
-        counts[split] = [count_lines(src_path), count_lines(tgt_path)]
-        _check_line_counts(src_path, tgt_path, *counts[split])
-    total = sum(counts["train"])
+    for inputs in files.values():
+        for one in inputs:
+            counts[one.pair] = [count_lines(one.src), count_lines(one.tgt)]
+            _check_line_counts(one.src, one.tgt, *counts[one.pair])
+    train = [path for one in files["train"] for path in one.pair]
+    train_counts = [n for one in files["train"] for n in counts[one.pair]]
+    total = sum(train_counts)
     if total > config.vocab_sample:
         log(f"data: the vocabulary is trained on {config.vocab_sample:,} of {total:,} training sentences")
     sample = _Counted(
-        sample_lines(list(files["train"]), counts["train"], config.vocab_sample, seed=VOCAB_SAMPLE_SEED,
-                     errors=config.errors)
-    )  # fmt: skip
+        sample_lines(train, train_counts, config.vocab_sample, seed=VOCAB_SAMPLE_SEED, errors=config.errors)
+    )
     try:
         Tokenizer.train(
             sample,
@@ -331,10 +409,11 @@ def _learn_vocabulary(config: DataConfig, files: dict, tokenizer_path: Path, log
             lowercase=config.lowercase,
             split_digits=config.split_digits,
             max_sentences=config.vocab_sample,
+            tags=config.tags,
         )
     except TokenizerError:
         if not sample.count:
-            raise DataError(f"{files['train'][0]}: every training line is blank (on both sides)") from None
+            raise DataError(f"{train[0]}: every training line is blank (on both sides)") from None
         raise
 
 
@@ -353,49 +432,44 @@ class _Counted:
 VOCAB_SAMPLE_SEED = 20170612  # the seeded sample of training sentences the vocabulary is learned from
 
 
-def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, id_dtype: str, log) -> dict:
+def _encode_chunks(
+    config: DataConfig, files: Inputs, work: Path, tokenizer: str, id_dtype: str, tag_ids: dict[str, int], log
+) -> dict:
     """Every split's chunks encoded (in `workers` processes, at most two chunks each in flight) or found finished
-    in work/chunks. Returns each split's chunk stats, in order."""
+    in work/chunks: a split's corpora one after the other, the chunks numbered on across them. Returns each split's
+    chunk stats, in order."""
     chunks = work / "chunks"
     chunks.mkdir(exist_ok=True)
     remove_leftovers(chunks, "")  # chunks a killed worker left half-written
     workers = config.workers or os.cpu_count() or 1
     pool = None
-    if workers > 1 and files["train"][0].stat().st_size > CHUNK_LINES * 16:  # more than a chunk or so of text
+    if workers > 1 and sum(i.src.stat().st_size for i in files["train"]) > CHUNK_LINES * 16:  # over a chunk or so
         pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_ignore_interrupts)
     results: dict[str, list] = {}
     pending: deque = deque()
     done = reused = 0
     try:
-        for split, (src_path, tgt_path) in files.items():
-            kind = split if split in ("train", "valid") else "test"
+        for split, inputs in files.items():
             results[split] = []
-            first = index = src_pos = tgt_pos = 0
-            for a, b in zip_longest(line_blocks(src_path, CHUNK_LINES), line_blocks(tgt_path, CHUNK_LINES)):
-                if a is None or b is None or a[0] != b[0]:
-                    _check_line_counts(src_path, tgt_path, count_lines(src_path), count_lines(tgt_path))
-                stats = read_chunk_stats(chunk_folder(chunks, split, index))
-                if stats is not None and stats.get("first_line") == first:
+            for job in _chunk_jobs(config, split, inputs, chunks, tokenizer, id_dtype, tag_ids):
+                stats = read_chunk_stats(chunk_folder(chunks, split, job.index))
+                if (
+                    stats is not None
+                    and stats.get("first_line") == job.first_line
+                    and stats.get("corpus", 0) == job.corpus
+                ):
                     results[split].append(stats)
                     reused += 1
+                    continue
+                if pool is None:
+                    results[split].append(encode_chunk(job))
                 else:
-                    job = ChunkJob(
-                        split, index, first, a[1], b[1], str(src_path), str(tgt_path), str(chunks), tokenizer,
-                        kind, config.max_len, config.max_ratio, config.errors, id_dtype, src_pos, tgt_pos,
-                    )  # fmt: skip
-                    if pool is None:
-                        results[split].append(encode_chunk(job))
-                    else:
-                        results[split].append(None)
-                        pending.append((split, len(results[split]) - 1, pool.submit(encode_chunk, job)))
-                        while len(pending) >= 2 * workers:
-                            s, i, future = pending.popleft()
-                            results[s][i] = future.result()
-                    done += 1
-                first += a[0]
-                src_pos += len(a[1])
-                tgt_pos += len(b[1])
-                index += 1
+                    results[split].append(None)
+                    pending.append((split, len(results[split]) - 1, pool.submit(encode_chunk, job)))
+                    while len(pending) >= 2 * workers:
+                        s, i, future = pending.popleft()
+                        results[s][i] = future.result()
+                done += 1
         while pending:
             s, i, future = pending.popleft()
             results[s][i] = future.result()
@@ -407,6 +481,35 @@ def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, 
     if reused:
         log(f"data: {reused} chunk(s) of {CHUNK_LINES:,} pairs found finished, {done} encoded")
     return results
+
+
+def _chunk_jobs(
+    config: DataConfig,
+    split: str,
+    inputs: list[Input],
+    chunks: Path,
+    tokenizer: str,
+    id_dtype: str,
+    tag_ids: dict[str, int],
+) -> Iterator[ChunkJob]:
+    """A split's chunks: its corpora one after the other, numbered on across them, each chunk with its corpus's
+    index and tag id (put before every source)."""
+    kind = split if split in ("train", "valid") else "test"
+    index = 0
+    for k, one in enumerate(inputs):
+        first = src_pos = tgt_pos = 0
+        for a, b in zip_longest(line_blocks(one.src, CHUNK_LINES), line_blocks(one.tgt, CHUNK_LINES)):
+            if a is None or b is None or a[0] != b[0]:
+                _check_line_counts(one.src, one.tgt, count_lines(one.src), count_lines(one.tgt))
+            yield ChunkJob(
+                split, index, first, a[1], b[1], str(one.src), str(one.tgt), str(chunks), tokenizer, kind,
+                config.max_len, config.max_ratio, config.errors, id_dtype, src_pos, tgt_pos,
+                corpus=k, prefix=(tag_ids[one.tag],) if one.tag else (),
+            )  # fmt: skip
+            first += a[0]
+            src_pos += len(a[1])
+            tgt_pos += len(b[1])
+            index += 1
 
 
 def _check_line_counts(src_path: Path, tgt_path: Path, n_src: int, n_tgt: int) -> None:
@@ -509,6 +612,10 @@ def format_summary(summary: dict) -> str:
             f"  length p50/p90/p99/max {'/'.join(str(v) for v in info['src_length'].values())}"
             f" | {'/'.join(str(v) for v in info['tgt_length'].values())}  dropped: {dropped}"
         )
+        for k, corpus in enumerate(info.get("corpora", [])[1:] and info["corpora"]):  # several: each one's share
+            tag = f", tag {corpus['tag']}" if corpus["tag"] else ""
+            lines.append(f"  {'':<18} corpus {k + 1}: {corpus['sentences']:,} pairs of {corpus['files'][0]} "
+                         f"(weight {corpus['weight']:g}{tag})")  # fmt: skip
         if "padding_efficiency" in info:
             lines.append(
                 f"  {'':<18} {info['batches']:,} batches of <= {info['max_tokens']} tokens per side, "

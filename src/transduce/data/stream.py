@@ -130,6 +130,8 @@ class ChunkJob:
     id_dtype: str  # "uint16" or "int32"
     src_pos: int = 0  # the chunk's first byte in each (decompressed) file
     tgt_pos: int = 0
+    corpus: int = 0  # which of the split's corpora (data.corpora) the lines are of
+    prefix: tuple[int, ...] = ()  # ids put before every source (the corpus's tag), counted in its length
 
 
 _TOKENIZERS: dict[str, Tokenizer] = {}  # per worker process: each loads the model once
@@ -163,12 +165,15 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
     dropped = {"empty": int(n - keep.sum())}
     kept = np.flatnonzero(keep)
     src_ids = tokenizer.encode([src_lines[i] for i in kept], num_threads=1)
+    if job.prefix:
+        src_ids = [[*job.prefix, *ids] for ids in src_ids]
     tgt_ids = tokenizer.encode([tgt_lines[i] for i in kept], num_threads=1)
     src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(kept))
     tgt_len = np.fromiter(map(len, tgt_ids), dtype=np.int64, count=len(kept))
     ok = _length_filters(job, src_len, tgt_len, dropped)
     stats: dict[str, Any] = {
         "first_line": job.first_line,
+        "corpus": job.corpus,
         "lines": n,
         "sentences": int(ok.sum()),
         "dropped": dropped,

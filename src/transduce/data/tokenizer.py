@@ -10,6 +10,7 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
@@ -62,6 +63,21 @@ class Tokenizer:
         )
         return tuple(sorted(self.meta.items())), pieces
 
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The tags (data.corpora's, data.valid_tag) this vocabulary was learned with, each one user symbol."""
+        tags = self.meta.get("tags", [])
+        return tuple(tags) if isinstance(tags, list) else ()
+
+    def tag_id(self, tag: str) -> int:
+        """The one token id of `tag` (put before a source: data.corpora's tag, `translate --tag`); a tag that is
+        not one piece of this vocabulary is refused."""
+        ident = self.sp.piece_to_id(tag) if tag else UNK_ID
+        if ident == UNK_ID or self.sp.is_control(ident):
+            known = f"its tags: {', '.join(self.tags)}" if self.tags else "it was learned with no tags"
+            raise TokenizerError(f"the tag {tag!r} is not a token of the vocabulary {self.path} ({known})")
+        return ident
+
     def normalize(self, text: str) -> str:
         return text.lower() if self.lowercase else text
 
@@ -109,8 +125,10 @@ class Tokenizer:
         lowercase: bool = False,
         split_digits: bool = False,
         max_sentences: int = 2_000_000,
+        tags: Sequence[str] = (),
     ) -> Tokenizer:
-        """Train one SentencePiece model on `texts` (both languages' training sides) and write it to `path`."""
+        """Train one SentencePiece model on `texts` (both languages' training sides) and write it to `path`; each of
+        `tags` becomes a user symbol (one token wherever it appears) at the ids after EOS."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         # a fixed scratch name beside `path` (SentencePiece records it in the model file): the same inputs give the
@@ -122,7 +140,9 @@ class Tokenizer:
         try:
             prefix = scratch / "spm"
             sentences = _guarded((t.lower() if lowercase else t for t in texts), failure)
-            _train_sentencepiece(sentences, prefix, failure, vocab_size, model_type, split_digits, max_sentences)
+            _train_sentencepiece(
+                sentences, prefix, failure, vocab_size, model_type, split_digits, max_sentences, tuple(tags)
+            )
             meta = {
                 "lowercase": lowercase,
                 "model_type": model_type,
@@ -132,6 +152,7 @@ class Tokenizer:
                 "unk_id": UNK_ID,
                 "bos_id": BOS_ID,
                 "eos_id": EOS_ID,
+                **({"tags": list(tags)} if tags else {}),
             }
             Path(f"{prefix}.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
             os.replace(f"{prefix}.json", path.with_suffix(".json"))
@@ -149,9 +170,11 @@ def _train_sentencepiece(
     model_type: str,
     split_digits: bool,
     max_sentences: int,
+    tags: tuple[str, ...] = (),
 ) -> None:
     """PREFIX.model from `sentences`; a failure reading them (kept in `failure`) or SentencePiece's own refusal is
     raised as one clear error."""
+    symbols: dict[str, Any] = {"user_defined_symbols": list(tags)} if tags else {}  # none: the options as always
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=sentences,
@@ -168,6 +191,7 @@ def _train_sentencepiece(
             shuffle_input_sentence=True,
             num_threads=os.cpu_count() or 1,
             minloglevel=2,
+            **symbols,
         )
     except RuntimeError as err:  # e.g. "Vocabulary size too high (8000). Please set it to a value <= 5321."
         if failure:  # reading the text failed (a DataError naming the line): that is the error

@@ -17,48 +17,61 @@ from typing import IO
 import numpy as np
 
 from ..outputs import atomic_folder, read_manifest
-from .stream import CHUNK_LINES, line_blocks, line_starts
 from .text import DataError, file_digest
 
 
+def training_corpora(summary: dict) -> list[dict]:
+    """The training split's corpora (data.corpora, or the one data.train), each with its files, its first kept pair
+    in the split, its kept pairs, weight and tag."""
+    info = summary["splits"]["train"]
+    if "corpora" in info:
+        return info["corpora"]
+    return [{"files": info["files"], "first": 0, "sentences": info["sentences"], "weight": 1.0, "tag": ""}]
+
+
 class TrainingText:
-    """Lines of the kept training pairs by pair index: `pairs(indices)` -> (sources, targets)."""
+    """Lines of the kept training pairs by pair index: `pairs(indices)` -> (sources, targets). Pair i's lines are in
+    the files of the corpus whose pairs hold i (data.corpora: each corpus's pairs follow the one before's)."""
 
     def __init__(self, root: Path, summary: dict, scratch: Path | None = None) -> None:
         self.errors = summary.get("options", {}).get("errors", "strict")
-        self.paths: list[Path] = []
-        self.starts: list[np.ndarray] = []
-        if (root / "train.src.starts.npy").is_file():
-            for side, name in zip(("src", "tgt"), summary["splits"]["train"]["files"]):
+        self.paths: list[tuple[Path, Path]] = []  # per corpus, its (source, target) files
+        corpora = training_corpora(summary)
+        self.bounds = np.asarray([c["first"] for c in corpora[1:]], dtype=np.int64)  # where corpora 1.. begin
+        if not (root / "train.src.starts.npy").is_file():
+            raise DataError(f"{root}: holds no offsets of the training text (prepare it again)")
+        for k, corpus in enumerate(corpora):
+            sides = []
+            for side, name in zip(("src", "tgt"), corpus["files"]):
                 path = Path(name)
                 check_unchanged(path, summary, root)
                 if path.suffix == ".gz":
                     if scratch is None:
                         raise DataError(f"{path}: a gzipped training file needs a folder to decompress it into")
-                    path = decompressed(path, scratch / f"text-{side}", summary.get("inputs", {}).get(name))
-                self.paths.append(path)
-                self.starts.append(np.load(root / f"train.{side}.starts.npy", mmap_mode="r", allow_pickle=False))
-        elif (root / "train.src.txt").is_file():  # a cache of version 1 kept a copy of the kept lines
-            for side in ("src", "tgt"):
-                path = root / f"train.{side}.txt"
-                self.paths.append(path)
-                self.starts.append(_all_line_starts(path))
-        else:
-            raise DataError(f"{root}: holds neither the training text's offsets nor a copy of it")
-        self._files: list[IO[bytes]] = []
+                    folder = scratch / (f"text-{side}" if k == 0 else f"text-{side}-{k}")
+                    path = decompressed(path, folder, summary.get("inputs", {}).get(name))
+                sides.append(path)
+            self.paths.append((sides[0], sides[1]))
+        self.starts = [
+            np.load(root / f"train.{side}.starts.npy", mmap_mode="r", allow_pickle=False) for side in ("src", "tgt")
+        ]
+        self._files: list[tuple[IO[bytes], IO[bytes]]] = []
 
     def pairs(self, indices: np.ndarray) -> tuple[list[str], list[str]]:
         if not self._files:  # opened on first use (in the process that reads)
-            self._files = [open(path, "rb") for path in self.paths]
+            self._files = [(open(a, "rb"), open(b, "rb")) for a, b in self.paths]
+        corpus = np.searchsorted(self.bounds, indices, side="right")
         sides = []
-        for f, starts, path in zip(self._files, self.starts, self.paths):
+        for s, starts in enumerate(self.starts):
             lines = []
-            for i in indices:
+            for i, k in zip(indices, corpus):
+                f = self._files[k][s]
                 f.seek(int(starts[i]))
                 raw = f.readline()
                 try:
                     lines.append(raw.decode("utf-8", errors=self.errors).rstrip("\n").rstrip("\r"))
                 except UnicodeDecodeError:
+                    path = self.paths[k][s]
                     raise DataError(f"{path}: invalid UTF-8 at byte {int(starts[i])}; was it changed?") from None
             sides.append(lines)
         return sides[0], sides[1]
@@ -95,11 +108,3 @@ def decompressed(path: Path, folder: Path, digest: str | None) -> Path:
             with gzip.open(path, "rb") as src, open(tmp / "text", "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 22)
     return folder / "text"
-
-
-def _all_line_starts(path: Path) -> np.ndarray:
-    parts, at = [], 0
-    for _, block in line_blocks(path, CHUNK_LINES):
-        parts.append(line_starts(block) + at)
-        at += len(block)
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from ..config import ConfigError, DecodeConfig, check_patience, check_sampling
+from ..data.tokenizer import Tokenizer, TokenizerError
 from .mbr import mbr_rerank
 from .search import Sampling
 
@@ -45,6 +46,7 @@ class Options:
     keep: int  # hypotheses returned per sentence (the caller's nbest)
     nbest: int  # hypotheses the search finds per sentence: all the beam's finishes under MBR, which chooses among them
     sampling: Sampling | None = None  # random sampling in place of the search (beam 1), or None
+    tag: str = ""  # a tag (data.corpora's) put before every source: `translate --tag`; empty: none
 
 
 def options(
@@ -61,6 +63,7 @@ def options(
     sampling_topp: float | None = None,
     temperature: float | None = None,
     seed: int | None = None,
+    tag: str | None = None,
 ) -> Options:
     """The call's options, checked: 1 <= nbest <= beam, and a patience that lets the search find them all.
     Sampling (a top-k other than 1) draws one translation per sentence: the beam is 1 unless the caller asks for
@@ -90,6 +93,7 @@ def options(
         keep=nbest,
         nbest=searched,
         sampling=sampling,
+        tag=tag or "",
     )
 
 
@@ -106,6 +110,22 @@ def _sampling(
     if topk == 1:
         return None
     return Sampling(topk=topk, topp=topp, temperature=temperature, seed=decode.seed if seed is None else seed)
+
+
+def source_ids(
+    tokenizer: Tokenizer, sentences: list[str], max_len: int, tag: str = ""
+) -> tuple[list[list[int]], list[int]]:
+    """Sentences -> token ids (without EOS), the tag's id first when there is one (as `prepare` puts a corpus's tag
+    before its sources), cut to the model's positions (`cut_sources`), and the indices of those cut. A tag that is
+    not one token of the vocabulary is refused."""
+    ids = tokenizer.encode(sentences)
+    if tag:
+        try:
+            first = tokenizer.tag_id(tag)
+        except TokenizerError as err:
+            raise ConfigError(str(err)) from None
+        ids = [[first, *x] for x in ids]
+    return cut_sources(ids, max_len)
 
 
 def cut_sources(token_ids: list[list[int]], max_len: int) -> tuple[list[list[int]], list[int]]:

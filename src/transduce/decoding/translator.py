@@ -102,12 +102,13 @@ class Translator:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def encode_sources(self, sentences: list[str]) -> list[list[int]]:
-        """Token ids + EOS, cut to what the model's positions allow (`front.cut_sources`)."""
-        return self._cut_sources(sentences)[0]
+    def encode_sources(self, sentences: list[str], tag: str = "") -> list[list[int]]:
+        """Token ids + EOS (the tag's id first, if any), cut to what the model's positions allow
+        (`front.source_ids`)."""
+        return self._cut_sources(sentences, tag)[0]
 
-    def _cut_sources(self, sentences: list[str]) -> tuple[list[list[int]], list[int]]:
-        sources, cut = front.cut_sources(self.tokenizer.encode(sentences), self.model.config.max_len)
+    def _cut_sources(self, sentences: list[str], tag: str = "") -> tuple[list[list[int]], list[int]]:
+        sources, cut = front.source_ids(self.tokenizer, sentences, self.model.config.max_len, tag)
         return [ids + [EOS_ID] for ids in sources], cut
 
     def _batches(self, sources: list[list[int]], batch_tokens: int) -> list[list[int]]:
@@ -161,12 +162,14 @@ class Translator:
         sampling_topp: float | None = None,
         temperature: float | None = None,
         seed: int | None = None,
+        tag: str | None = None,
         progress: bool = False,
     ) -> Decoded:
         """Per sentence, its `nbest` best translations, best first (an empty line gets an empty list), and which
         sentences were cut to the model's positions. Options left None are the run's decode.* settings; with `mbr`
         ("bleu"/"chrf") the beam's hypotheses are reordered by expected utility (decoding/front.py). A `sampling_topk`
-        other than 1 samples one translation per sentence (DecodeConfig.sampling_topk, search.sample_search)."""
+        other than 1 samples one translation per sentence (DecodeConfig.sampling_topk, search.sample_search). A `tag`
+        (one of data.corpora's, e.g. "<2de>") is put before every source."""
         settings = front.options(
             self.decode,
             beam=beam,
@@ -180,6 +183,7 @@ class Translator:
             sampling_topp=sampling_topp,
             temperature=temperature,
             seed=seed,
+            tag=tag,
         )
         was_training = self.model.training
         self.model.eval()
@@ -187,7 +191,7 @@ class Translator:
             return front.decode_lines(
                 sentences,
                 settings,
-                encode=self._cut_sources,
+                encode=lambda lines: self._cut_sources(lines, settings.tag),
                 groups=lambda sources: self._batches(sources, settings.batch_tokens),
                 search=lambda sources, lines: self._search(sources, lines, settings),
                 progress=progress,
@@ -233,15 +237,22 @@ class Translator:
         return [hyps[0].text if hyps else "" for hyps in self.decode_lines(list(sentences), **kwargs).hypotheses]
 
     def score(
-        self, sources: Sequence[str], targets: Sequence[str], *, batch_tokens: int | None = None, tokens: bool = False
+        self,
+        sources: Sequence[str],
+        targets: Sequence[str],
+        *,
+        batch_tokens: int | None = None,
+        tokens: bool = False,
+        tag: str = "",
     ) -> list[PairScore]:
         """The model's log-probability of each given (source, target) pair, teacher-forced: log P(Y | X) summed over
         the target's tokens and EOS (no length penalty), as the search's `log_prob` counts it (log-softmax over the
         whole vocabulary). Pairs go through in batches by length (`batch_tokens`, default decode.batch_tokens);
-        a batch's padding never changes a score (the masks hide it). `tokens`: also each token's log-probability."""
+        a batch's padding never changes a score (the masks hide it). `tokens`: also each token's log-probability.
+        `tag`: put before every source, as `translate --tag` does."""
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-        src_ids = self.encode_sources(list(sources))
+        src_ids = self.encode_sources(list(sources), tag)
         limit = self.model.config.max_len - 1  # BOS + target fits the positions
         tgt_ids = [ids[: limit - 1] + [EOS_ID] for ids in self.tokenizer.encode(list(targets))]
         budget = self.decode.batch_tokens if batch_tokens is None else batch_tokens

@@ -358,12 +358,12 @@ class CTranslate2Translator:
             run_dir, _ = find_weights(path)
             return cls(folder, tokenizer=Tokenizer(run_dir / "tokenizer.model"), **kwargs)
 
-    def encode_sources(self, sentences: list[str]) -> list[list[int]]:
-        """Token ids (without EOS: the engine adds it), cut as `Translator.encode_sources` cuts them."""
-        return self._cut_sources(sentences)[0]
+    def encode_sources(self, sentences: list[str], tag: str = "") -> list[list[int]]:
+        """Token ids (without EOS: the engine adds it), tagged and cut as `Translator.encode_sources` does."""
+        return self._cut_sources(sentences, tag)[0]
 
-    def _cut_sources(self, sentences: list[str]) -> tuple[list[list[int]], list[int]]:
-        return front.cut_sources(self.tokenizer.encode(sentences), self.max_len)
+    def _cut_sources(self, sentences: list[str], tag: str = "") -> tuple[list[list[int]], list[int]]:
+        return front.source_ids(self.tokenizer, sentences, self.max_len, tag)
 
     def max_output(self, source_length: int) -> int:
         """Output tokens allowed, EOS included: `search._max_lengths`'s rule, in the same float32 arithmetic."""
@@ -389,6 +389,7 @@ class CTranslate2Translator:
         sampling_topp: float | None = None,
         temperature: float | None = None,
         seed: int | None = None,
+        tag: str | None = None,
         progress: bool = False,
     ) -> Decoded:
         """`Translator.decode_lines` (decoding/front.py) on the engine; its patience is this translator's.
@@ -407,6 +408,7 @@ class CTranslate2Translator:
             sampling_topp=sampling_topp,
             temperature=temperature,
             seed=seed,
+            tag=tag,
         )
         if settings.sampling is not None:
             _ctranslate2().set_random_seed(settings.sampling.seed)
@@ -424,7 +426,12 @@ class CTranslate2Translator:
             return self._decode(sources, self.max_output(longest), settings.batch_tokens, search)
 
         return front.decode_lines(
-            sentences, settings, encode=self._cut_sources, groups=self._calls, search=decode, progress=progress
+            sentences,
+            settings,
+            encode=lambda lines: self._cut_sources(lines, settings.tag),
+            groups=self._calls,
+            search=decode,
+            progress=progress,
         )
 
     def _calls(self, sources: list[list[int]]) -> list[list[int]]:
@@ -467,7 +474,13 @@ class CTranslate2Translator:
         return out
 
     def score(
-        self, sources: list[str], targets: list[str], *, batch_tokens: int | None = None, tokens: bool = False
+        self,
+        sources: list[str],
+        targets: list[str],
+        *,
+        batch_tokens: int | None = None,
+        tokens: bool = False,
+        tag: str = "",
     ) -> list[PairScore]:
         """`Translator.score` on the engine's `score_batch`: its log-probability of each target token, EOS
         included (the engine adds EOS to both sides), summed."""
@@ -475,7 +488,7 @@ class CTranslate2Translator:
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         budget = self.decode.batch_tokens if batch_tokens is None else batch_tokens
         results = self.engine.score_batch(
-            [[self.pieces[i] for i in ids] for ids in self.encode_sources(sources)],
+            [[self.pieces[i] for i in ids] for ids in self.encode_sources(sources, tag)],
             [[self.pieces[i] for i in ids[: self.max_len - 2]] for ids in self.tokenizer.encode(targets)],
             max_batch_size=budget,
             batch_type="tokens",

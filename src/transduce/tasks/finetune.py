@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config import Config, ConfigError, DataConfig, ModelConfig, read_config
-from ..data import DataError, find_side
-from ..data.parallel import open_prepared, split_prefixes, with_tokenizer
+from ..data import DataError
+from ..data.parallel import open_prepared, split_inputs, with_tokenizer
 from ..data.tokenizer import Tokenizer
 from ..training.init_from import RECORD, source_run
 
@@ -103,18 +103,22 @@ def _adopt_data(
     return dataclasses.replace(data, tokenizer=str(own.absolute()))
 
 
+def _corpora(options: dict) -> list[tuple]:
+    """data.corpora's weights and tags as a summary or a config holds them, comparable."""
+    return [(c.get("weight", 1.0), c.get("tag", "")) for c in options.get("corpora", ())]
+
+
 def _holds(folder: Path, recipe: DataConfig, tokenizer: Tokenizer) -> bool:
     """Whether the prepared `folder` is the recipe's corpus (its files, its encoding options) in `tokenizer`'s ids."""
     try:
         prepared = open_prepared(folder)
-        files = {
-            split: [str(find_side(prefix, side).absolute()) for side in (recipe.src, recipe.tgt)]
-            for split, prefix in split_prefixes(recipe).items()
-        }
+        files = {split: [str(p) for one in inputs for p in one.pair] for split, inputs in split_inputs(recipe).items()}
     except DataError:
         return False
     options = prepared.summary.get("options", {})
     if any(options.get(k) != getattr(recipe, k) for k in ("src", "tgt", "max_len", "max_ratio", "errors")):
+        return False
+    if options.get("valid_tag", "") != recipe.valid_tag or _corpora(options) != _corpora(dataclasses.asdict(recipe)):
         return False
     if files != {split: info.get("files") for split, info in prepared.summary["splits"].items()}:
         return False

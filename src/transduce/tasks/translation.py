@@ -14,11 +14,11 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ..config import Config, ConfigError, DataConfig, read_config, save_config
+from ..config import Config, ConfigError, DataConfig, build_section, read_config, save_config
 from ..data import Batch, DataError, ParallelCorpus, Prepared, TokenArrays, collate, prepare
-from ..data.batching import make_batches
+from ..data.batching import corpus_draw, epoch_batches, make_batches
 from ..data.parallel import open_prepared
-from ..data.training_text import TEXT_COPY, TrainingText
+from ..data.training_text import TEXT_COPY, TrainingText, training_corpora
 from ..decoding.translator import Translator
 from ..metrics import score
 from ..model import Transformer
@@ -218,11 +218,13 @@ class TranslationTask(SequenceTask):
         self._epoch = (config.train.seed, 0)
 
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
-        """The epoch's batches, cut from the prepared lengths (under train.subword_sampling each batch is drawn as
-        it is collated, `collate`)."""
+        """The epoch's batches, cut from the prepared lengths of the epoch's pairs (data.corpora: each corpus's
+        weight x its size, `corpus_draw`); under train.subword_sampling each batch is drawn as it is collated,
+        `collate`."""
         self._epoch = (seed, epoch)  # what the batches collated next are drawn from
-        return make_batches(
-            self.corpus.src_lengths, self.corpus.tgt_lengths, max_tokens=max_tokens, seed=seed, epoch=epoch
+        draw = corpus_draw(self.data.corpus_bounds(), self.data.corpus_weights(), seed=seed, epoch=epoch)
+        return epoch_batches(
+            self.corpus.src_lengths, self.corpus.tgt_lengths, draw, max_tokens=max_tokens, seed=seed, epoch=epoch
         )
 
     def collate(self, indices: np.ndarray) -> Batch | list[Batch]:
@@ -257,6 +259,10 @@ class TranslationTask(SequenceTask):
         sides = [
             tokenizer.encode_sampled(side, alpha=alpha, seed=(2 * draw + k) % 2**32) for k, side in enumerate(texts)
         ]
+        tags = self._tag_ids()
+        if any(tags):  # data.corpora's tags: each source begins with its corpus's, as prepared
+            corpus = np.searchsorted(self.data.corpus_bounds()[1:], indices, side="right")
+            sides[0] = [[tags[k], *ids] if tags[k] else ids for k, ids in zip(corpus, sides[0])]
         prepared, limit = self.data.splits["train"], self.config.data.max_len
         src, tgt = [], []
         for i, a, b in zip(indices, *sides):
@@ -264,6 +270,11 @@ class TranslationTask(SequenceTask):
             src.append(prepared.src[i].tolist() if long else a)
             tgt.append(prepared.tgt[i].tolist() if long else b)
         return ParallelCorpus(TokenArrays.from_lists(src), TokenArrays.from_lists(tgt))
+
+    def _tag_ids(self) -> list[int]:
+        """Each training corpus's tag id (0: none)."""
+        corpora = training_corpora(self.data.summary)
+        return [self.data.tokenizer.tag_id(c["tag"]) if c.get("tag") else 0 for c in corpora]
 
     def _scratch(self) -> Path | None:
         """Where a gzipped training file is decompressed for sampling: RUN/subwords (one copy per run)."""
@@ -321,7 +332,7 @@ class TranslationTask(SequenceTask):
         if config.train.valid_bleu:
             sources, references = self.data.texts("valid")
             n = config.train.valid_max_sentences
-            hyps = self.predictor(model).translate(sources[:n], beam=config.train.valid_beam)
+            hyps = self.predictor(model).translate(sources[:n], beam=config.train.valid_beam, tag=config.data.valid_tag)
             result["valid_bleu"] = score(hyps, references[:n]).bleu
         model.train(was_training)
         return result
@@ -342,10 +353,10 @@ def from_prepared(
     folder = Path(config.data.prepared).absolute()
     data = open_prepared(folder)
     known = {f.name for f in dataclasses.fields(DataConfig)}
-    options: dict[str, Any] = {
-        k: tuple(v) if k == "test" else v for k, v in data.summary["options"].items() if k in known
-    }
-    data_config = DataConfig(**{**options, "prepared": str(folder), "workers": config.data.workers})
+    options: dict[str, Any] = {k: v for k, v in data.summary["options"].items() if k in known}
+    data_config = build_section(
+        DataConfig, {**options, "prepared": str(folder), "workers": config.data.workers}, "data"
+    )
     recipe, mine = dataclasses.asdict(config.data), dataclasses.asdict(data_config)
     replaced = [k for k in options if recipe[k] != mine[k] and recipe[k] != getattr(DataConfig(), k)]
     if main and replaced:
