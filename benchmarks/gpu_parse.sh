@@ -10,7 +10,7 @@
 #      ROOT, strict; gold tags put back, and predicted tags), each timed with start-up: one decode at a time, or all
 #      side by side with PARALLEL=1 (the F1 is the same; the times are then not those of a decode alone).
 #   TRANSDUCE_DATA=$PWD/.gpudata OUT=/tmp/out [MINUTES=4] [SEEDS="1 2 3"] bash benchmarks/gpu_parse.sh
-#   ... RUNS="r1:1 r2:2 mx1:1:data.mark_extra=true mx2:2:data.mark_extra=true" ENSEMBLES="r1+r2 mx1+mx2" PARALLEL=1
+#   ... RUNS="r1:1 r2:2 d1:1:model.dropout=0.2 d2:2:model.dropout=0.2" ENSEMBLES="r1+r2 d1+d2" PARALLEL=1
 # RUNS: NAME:SEED[:KEY=VALUE,KEY=VALUE...] each (--set overrides on top of the recipe); by default one run "sN" per
 # seed of SEEDS (default "1") and, with several, ENSEMBLES = all of them as one.
 # Bound on its wall clock: MINUTES * 60 + 90 s of training, then up to 150 s per decode (the device tool allows 600 s a

@@ -1,5 +1,6 @@
 """Several training corpora with weights and tags (data.corpora, data.valid_tag, `translate --tag`): issue 62 item 2."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -57,8 +58,6 @@ def test_a_recipe_lists_corpora_as_tables_and_bad_ones_are_refused_naming_the_ke
     recipe.write_text(TWO_CORPORA.format(root=tmp_path, weight=1, tag="a tag"))
     with pytest.raises(ConfigError, match="a tag is up to 32 letters"):
         load_config(recipe)
-    with pytest.raises(ConfigError, match="both name training text"):
-        load_config(None, ["data.train=x", 'data.corpora=[{prefix = "y"}]'])
     with pytest.raises(ConfigError, match="prefix is required"):
         load_config(None, ["data.corpora=[{weight = 2}]"])
     with pytest.raises(ConfigError, match="unknown key data.corpora.weigth"):
@@ -107,6 +106,12 @@ def test_one_corpus_as_data_corpora_has_the_ids_of_data_train(corpora):
     )
     for side in ("src", "tgt"):
         assert np.array_equal(getattr(a.splits["train"], side).ids, getattr(b.splits["train"], side).ids)
+    # data.train with data.corpora: data.train's pairs first (weight 1, no tag), as if it were the first corpus
+    both = two_corpora(corpora)
+    c = prepare(both, corpora / "c", log=lambda _: None)
+    d = prepare(dataclasses.replace(both, train=str(corpora / "train"), corpora=both.corpora[1:]), corpora / "d")
+    assert d.corpus_bounds().tolist() == c.corpus_bounds().tolist() == [0, 300, 420]
+    assert np.array_equal(c.splits["train"].src.ids, d.splits["train"].src.ids)
 
 
 def test_a_tag_absent_from_a_given_vocabulary_is_refused(corpora):

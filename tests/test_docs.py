@@ -259,8 +259,8 @@ def test_the_reader_form_of_usage_notation():
     assert _commands(_reader_form("transduce translate RUN < in.en 2> log | head -3  # a comment")) == [
         ["translate", "RUN"]
     ]
-    assert _commands(_reader_form("transduce train g --out r --set 'data.extra_train=[]'")) == [
-        ["train", "g", "--out", "r", "--set", "data.extra_train=[]"]
+    assert _commands(_reader_form("transduce train g --out r --set 'data.corpora=[]'")) == [
+        ["train", "g", "--out", "r", "--set", "data.corpora=[]"]
     ]
     assert _commands(_reader_form("torchrun --nproc-per-node 8 -m transduce train w --out r")) == [
         ["train", "w", "--out", "r"]

@@ -30,6 +30,7 @@ from transduce.config import (
     ParserModelConfig,
     ParsingRunConfig,
     TrainConfig,
+    TreeCorpusConfig,
     config_from_dict,
     recipes_folder,
 )
@@ -344,8 +345,8 @@ def test_prepare_on_gum_trees(tmp_path):
 
 
 def test_extra_training_trees_from_the_wsj_sample(tmp_path):
-    """`data.extra_train`: the WSJ sample's trees (empty root bracket, function tags, indices, -NONE- traces) join
-    GUM's training trees, normalized like them; validation stays GUM's."""
+    """A second treebank in data.corpora: the WSJ sample's trees (empty root bracket, function tags, indices, -NONE-
+    traces) join GUM's training trees, normalized like them; validation stays GUM's."""
     gum, wsj = shared_data("gum_const"), shared_data("ptb_sample_nltk")
     with gzip.open(gum / "train.trees.gz", "rt", encoding="utf-8") as f:
         gum_head = [next(f) for _ in range(50)]
@@ -358,7 +359,9 @@ def test_extra_training_trees_from_the_wsj_sample(tmp_path):
     config = tiny_config(train, gum / "dev.trees")
     config = config.replace(
         model=dataclasses.replace(config.model, max_len=512),
-        data=dataclasses.replace(config.data, extra_train=(str(extra),), vocab_size=500, max_len=400),
+        data=dataclasses.replace(
+            config.data, corpora=(TreeCorpusConfig(file=str(extra)),), vocab_size=500, max_len=400
+        ),
     )
     task = prepare_run(config, tmp_path / "run")
     assert len(task.corpus) == 110
@@ -780,50 +783,62 @@ def test_subtree_substitution_redraws_targets_each_epoch_and_resumes_exactly(tmp
         TrainConfig(subtree_substitution=1.5)
 
 
-def test_extra_trees_marked_apart_through_every_draw(tmp_path, treebank):
-    """data.mark_extra: the extra_train trees' sources begin with the <s> id (the word starts count it), data.train's
-    and validation's do not; each epoch's draw (subword sampling and subtree substitution) keeps the marker on
-    exactly those trees, with trees over their words behind it; a run trains and parses unmarked input. Off, no
-    source holds the id, and the data cache key tells the two apart."""
+def test_a_tagged_treebank_is_marked_apart_through_every_draw(tmp_path, treebank):
+    """A data.corpora treebank with a tag: its trees' sources begin with the tag's one token (the word starts count
+    it), data.train's and validation's do not; each epoch's draw (subword sampling and subtree substitution) keeps
+    the tag on exactly those trees, with trees over their words behind it; a run trains and parses untagged input.
+    Untagged, no source holds the id, and the data cache key tells the two apart; a weight draws the treebank's
+    trees that many times an epoch."""
     from transduce.config import ParseDataConfig
-    from transduce.data.tokenizer import BOS_ID
     from transduce.data.treebank import _cache_key
     from transduce.tasks import train
 
     extra = write_treebank(tmp_path / "extra.trees", 40, seed=7)
     settings = {"subword_sampling": 0.2, "subtree_substitution": 0.5, "max_steps": 6}
     config = tiny_config(*treebank, valid_every=6, valid_max_sentences=3, **settings)
+    tagged = TreeCorpusConfig(file=str(extra), tag="<wsj>", weight=2.0)
     config = config.replace(
-        data=dataclasses.replace(config.data, extra_train=(str(extra),), mark_extra=True),
+        data=dataclasses.replace(config.data, corpora=(tagged,)),
         model=dataclasses.replace(config.model, word_pointer=True, word_pointer_last=True),
     )
     task = prepare_run(config, tmp_path / "marked")
     prepared, valid = task.data.splits["train"], task.data.splits["valid"]
+    tag = task.data.tokenizer.tag_id("<wsj>")
     n_main = len(prepared) - 40
-    marked = np.array([prepared.src[i][0] == BOS_ID for i in range(len(prepared))])
+    assert [(c["first"], c["sentences"], c["weight"]) for c in task.data.summary["splits"]["train"]["corpora"]] == [
+        (0, n_main, 1.0),
+        (n_main, 40, 2.0),
+    ]
+    marked = np.array([prepared.src[i][0] == tag for i in range(len(prepared))])
     assert not marked[:n_main].any() and marked[n_main:].all()
     assert all(prepared.starts[i][0] == int(marked[i]) for i in range(len(prepared)))
-    assert not any(BOS_ID in valid.src[i] for i in range(len(valid)))
+    assert not any(tag in valid.src[i] for i in range(len(valid)))
     sp, vocab = task.data.tokenizer.sp, task.data.vocab
     for epoch in range(3):
         drawn = task.sampled_corpus(seed=1, epoch=epoch)
         assert any(not np.array_equal(drawn.src[i], prepared.src[i]) for i in range(n_main, len(prepared)))
         for i in range(len(drawn)):
             src, starts = drawn.src[i], drawn.starts[i]
-            assert (src[0] == BOS_ID) == marked[i] and starts[0] == int(marked[i]) and BOS_ID not in src[1:]
+            assert (src[0] == tag) == marked[i] and starts[0] == int(marked[i]) and tag not in src[1:]
             sentence = sp.decode([src[x:y].tolist() for x, y in zip(starts[:-1], starts[1:])])
             assert trees.words(trees.delinearize(vocab.decode(drawn.tgt[i]), sentence)) == sentence
+    pairs = np.concatenate(task.batches(max_tokens=config.train.max_tokens, seed=1, epoch=0))
+    assert len(pairs) == n_main + 80 and int((pairs >= n_main).sum()) == 80  # weight 2: each WSJ tree twice
     train(config, tmp_path / "run", quiet=True)
     parsed = Parser.from_run(tmp_path / "run", device="cpu").parse(["the dog sees a cat ."], beam=2)
     assert trees.words(trees.parse_tree(parsed[0])) == ["the", "dog", "sees", "a", "cat", "."]
 
-    plain = prepare_run(config.replace(data=dataclasses.replace(config.data, mark_extra=False)), tmp_path / "plain")
-    assert BOS_ID not in plain.data.splits["train"].src.ids
+    untagged = dataclasses.replace(tagged, tag="")
+    plain = prepare_run(config.replace(data=dataclasses.replace(config.data, corpora=(untagged,))), tmp_path / "plain")
+    assert plain.data.tokenizer.tags == () and not any(
+        plain.data.splits["train"].starts[i][0] for i in range(len(plain.data.splits["train"]))
+    )
     digests = {"x": "0"}
-    unmarked = _cache_key(ParseDataConfig(train=("t",), extra_train=("e",)), digests)
-    assert _cache_key(ParseDataConfig(train=("t",), extra_train=("e",), mark_extra=True), digests) != unmarked
-    with pytest.raises(ConfigError, match="data.mark_extra marks the extra_train trees, but data.extra_train is empty"):
-        ParseDataConfig(train=("t",), mark_extra=True)
+    plain_key = _cache_key(ParseDataConfig(train=("t",), corpora=(TreeCorpusConfig(file="e"),)), digests)
+    tagged_key = _cache_key(ParseDataConfig(train=("t",), corpora=(TreeCorpusConfig(file="e", tag="<w>"),)), digests)
+    assert tagged_key != plain_key
+    with pytest.raises(ConfigError, match="the weight must be above 0"):
+        TreeCorpusConfig(file="e", weight=0)
 
 
 def test_untagged_targets_with_the_pointer_parse_and_score(tmp_path, treebank):

@@ -27,7 +27,7 @@ from .loading import (
     task_config_class,
     task_name,
 )
-from .parsing import ParseDataConfig, ParseDecodeConfig, ParserModelConfig, ParsingRunConfig
+from .parsing import ParseDataConfig, ParseDecodeConfig, ParserModelConfig, ParsingRunConfig, TreeCorpusConfig
 from .sections import (
     MBR_UTILITIES,
     Config,
@@ -59,6 +59,7 @@ __all__ = [
     "ParserModelConfig",
     "ParsingRunConfig",
     "TrainConfig",
+    "TreeCorpusConfig",
     "apply_overrides",
     "build_section",
     "check_patience",

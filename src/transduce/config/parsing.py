@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from .sections import ConfigError, DecodeConfig, ModelConfig, TrainConfig
+from .sections import ConfigError, DecodeConfig, ModelConfig, TrainConfig, check_corpus
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,28 +38,42 @@ class ParserModelConfig(ModelConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TreeCorpusConfig:
+    """One more training treebank (`[[data.corpora]]` of parsing): its tree file, its share of each epoch, its tag."""
+
+    file: str  # a tree file (plain or .gz, also under $TRANSDUCE_DATA)
+    weight: float = 1.0  # each epoch draws weight x its trees (> 0)
+    tag: str = ""  # a token put before each of its sources (a treebank embedding); empty: none
+
+    def __post_init__(self) -> None:
+        if not self.file:
+            raise ConfigError("data.corpora: every treebank needs a file")
+        check_corpus(self.weight, self.tag, f"data.corpora ({self.file})")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ParseDataConfig:
     """Tree files (one bracketed tree per line, or spanning lines; plain or .gz). Relative paths that do not exist
     here are looked up under $TRANSDUCE_DATA, so `gum_const/train.trees.gz` works from anywhere.
 
-    `extra_train`: more training trees (e.g. the WSJ sample `ptb_sample_nltk/treebank.trees.gz`); they are normalized
-    the same way (traces, function tags and indices removed, root relabelled ROOT). `keep_tags`: the target keeps the
-    POS tags (the parser then tags too); false writes every preterminal as "XX" (Vinyals et al. 2015). `vocab_size`:
-    SentencePiece pieces for the words (the target tokens come on top). `max_len`: training and validation trees
-    whose source pieces or target tokens exceed it are dropped and counted. `mark_extra`: the sources of the
-    extra_train trees begin with a marker (the tokenizer's <s> id, which no source holds otherwise), so that the
-    model can keep their treebank's conventions apart from data.train's (a treebank embedding, as in Stymne et al.
-    2018); validation and `parse` input have none, so the parser answers in data.train's conventions. The marker
-    takes one of max_len's positions."""
+    `corpora`: more training treebanks (`[[data.corpora]]` tables, e.g. the WSJ sample
+    `ptb_sample_nltk/treebank.trees.gz`), after data.train's trees; they are normalized the same way (traces, function
+    tags and indices removed, root relabelled ROOT). Each has a `weight` (each epoch draws weight x its trees) and
+    may have a `tag`: a token put before each of its sources, so that the model can keep its treebank's conventions
+    apart from data.train's (a treebank embedding, as in Stymne et al. 2018); validation and `parse` input have
+    none, so the parser answers in data.train's conventions. The tag takes one of max_len's positions. `keep_tags`:
+    the target keeps the POS tags (the parser then tags too); false writes every preterminal as "XX" (Vinyals et al.
+    2015). `vocab_size`: SentencePiece pieces for the words (the target tokens come on top). `max_len`: training
+    and validation trees whose source pieces or target tokens exceed it are dropped and counted."""
 
     train: tuple[str, ...] = ()  # training tree files (see above: plain or .gz, also under $TRANSDUCE_DATA)
     valid: str = ""  # the validation tree file; empty = no validation
-    extra_train: tuple[str, ...] = ()  # more training trees, normalized the same way (see above)
+    # more training treebanks after data.train's: [[data.corpora]] tables of file, weight, tag (see above)
+    corpora: tuple[TreeCorpusConfig, ...] = ()
     keep_tags: bool = True  # the target keeps the POS tags (the parser tags too); false: every one is "XX"
     vocab_size: int = 4000  # SentencePiece pieces for the words (the target's tree tokens come on top)
     model_type: str = "bpe"  # SentencePiece model: "bpe" or "unigram"
     max_len: int = 400  # training and validation trees with more source pieces or target tokens are dropped
-    mark_extra: bool = False  # extra_train sources begin with a marker: a treebank embedding (see above)
 
     def __post_init__(self) -> None:
         if self.vocab_size <= 4:
@@ -68,8 +82,11 @@ class ParseDataConfig:
             raise ConfigError(f"data.model_type must be 'bpe' or 'unigram', got {self.model_type!r}")
         if self.max_len <= 0:
             raise ConfigError(f"data.max_len must be positive, got {self.max_len}")
-        if self.mark_extra and not self.extra_train:
-            raise ConfigError("data.mark_extra marks the extra_train trees, but data.extra_train is empty")
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The corpora's tags, each once, in order: user symbols of the words' vocabulary."""
+        return tuple(dict.fromkeys(c.tag for c in self.corpora if c.tag))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -111,9 +111,14 @@ class CorpusConfig:
     def __post_init__(self) -> None:
         if not self.prefix:
             raise ConfigError("data.corpora: every corpus needs a prefix (PREFIX.src, PREFIX.tgt)")
-        if not (self.weight > 0 and math.isfinite(self.weight)):
-            raise ConfigError(f"data.corpora ({self.prefix}): the weight must be above 0, got {self.weight}")
-        check_tag(self.tag, f"data.corpora ({self.prefix}): tag")
+        check_corpus(self.weight, self.tag, f"data.corpora ({self.prefix})")
+
+
+def check_corpus(weight: float, tag: str, what: str) -> None:
+    """A corpus's weight (finite, > 0) and tag (`check_tag`)."""
+    if not (weight > 0 and math.isfinite(weight)):
+        raise ConfigError(f"{what}: the weight must be above 0, got {weight}")
+    check_tag(tag, f"{what}: tag")
 
 
 def check_tag(tag: str, what: str) -> None:
@@ -126,12 +131,13 @@ def check_tag(tag: str, what: str) -> None:
 class DataConfig:
     """Where the parallel text is and how it becomes token ids (the paper's §5.1: one shared subword vocabulary).
 
-    `train`, `valid`, `test` are file prefixes: PREFIX.{src} and PREFIX.{tgt}, optionally gzipped. Several training
-    corpora, each with its weight and tag, are `corpora` (`[[data.corpora]]` tables) in place of `train`.
+    `train`, `valid`, `test` are file prefixes: PREFIX.{src} and PREFIX.{tgt}, optionally gzipped. More training
+    corpora, each with its weight and tag, are `corpora` (`[[data.corpora]]` tables): after `train`'s pairs (weight
+    1, no tag), if it is set, or alone.
     """
 
     train: str = ""  # training text: the file prefix of PREFIX.{src} and PREFIX.{tgt} (plain or .gz)
-    # several training corpora in place of `train`: [[data.corpora]] tables of prefix, src, tgt, weight, tag
+    # more training corpora, after `train`'s (or alone): [[data.corpora]] tables of prefix, src, tgt, weight, tag
     # (CorpusConfig; docs/training.md#several-corpora-weights-and-tags)
     corpora: tuple[CorpusConfig, ...] = ()
     valid: str = ""  # validation text, a file prefix as `train`; empty = no validation
@@ -169,9 +175,6 @@ class DataConfig:
             raise ConfigError("data.max_len and data.max_ratio must be positive")
         if self.vocab_sample < 1 or self.workers < 0:
             raise ConfigError("data.vocab_sample must be positive and data.workers >= 0 (0: one per core)")
-        if self.train and self.corpora:
-            raise ConfigError("data.train and data.corpora both name training text: use one (a corpus of "
-                              "data.corpora may be the data.train prefix)")  # fmt: skip
         check_tag(self.valid_tag, "data.valid_tag")
         if self.valid_tag and not self.valid:
             raise ConfigError("data.valid_tag tags the validation sources, but data.valid is empty")

@@ -46,7 +46,7 @@ def substitute_subtrees(
     all the trees' (its own included), words and subtree together. `sentences`: each tree's words as their source
     pieces; `targets`: the linearized trees. A result with more than `max_len` target tokens, or more source pieces
     than its tree's budget (`budgets`, default `max_len`), keeps the tree as it was. `groups`: each tree's treebank
-    (data.mark_extra); donors then come from the tree's own group only. Returns new lists (the inputs are not
+    (its data.corpora tag's id); donors then come from the tree's own group only. Returns new lists (the inputs are not
     changed)."""
     pool: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for i, found in enumerate(phrases):

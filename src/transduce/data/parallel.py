@@ -42,7 +42,7 @@ from .stream import (
 )
 from .text import DataError, file_digest, find_side, read_lines
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError
-from .training_text import training_corpora
+from .training_text import corpus_bounds, corpus_weights, training_corpora
 
 # prepare ----------------------------------------------------------------------------------------------------------
 PARTIAL = "data (unfinished)"  # the manifest kind of a prepare's work folder, kept until the cache is complete
@@ -77,11 +77,10 @@ class Prepared:
 
     def corpus_bounds(self) -> np.ndarray:
         """Where each training corpus's pairs begin in the training split, and the end: [0, n1, n1 + n2, ...]."""
-        corpora = training_corpora(self.summary)
-        return np.asarray([0] + [c["first"] + c["sentences"] for c in corpora], dtype=np.int64)
+        return corpus_bounds(self.summary)
 
     def corpus_weights(self) -> list[float]:
-        return [float(c.get("weight", 1.0)) for c in training_corpora(self.summary)]
+        return corpus_weights(self.summary)
 
 
 def _select_lines(path: Path, wanted: np.ndarray, errors: str) -> list[str]:
@@ -123,8 +122,9 @@ def split_inputs(config: DataConfig) -> Inputs:
 
     inputs = {}
     for split, prefix in split_prefixes(config).items():
-        if split == "train" and config.corpora:
-            inputs[split] = [
+        if split == "train":  # data.train's pairs (if set), then each of data.corpora's
+            inputs[split] = [found(prefix, config.src, config.tgt)] if config.train else []
+            inputs[split] += [
                 found(c.prefix, c.src or config.src, c.tgt or config.tgt, tag=c.tag, weight=c.weight)
                 for c in config.corpora
             ]

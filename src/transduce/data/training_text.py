@@ -29,6 +29,17 @@ def training_corpora(summary: dict) -> list[dict]:
     return [{"files": info["files"], "first": 0, "sentences": info["sentences"], "weight": 1.0, "tag": ""}]
 
 
+def corpus_bounds(summary: dict) -> np.ndarray:
+    """Where each training corpus's pairs begin in the training split, and the end: [0, n1, n1 + n2, ...]."""
+    corpora = training_corpora(summary)
+    return np.asarray([0] + [c["first"] + c["sentences"] for c in corpora], dtype=np.int64)
+
+
+def corpus_weights(summary: dict) -> list[float]:
+    """Each training corpus's weight (data.corpora)."""
+    return [float(c.get("weight", 1.0)) for c in training_corpora(summary)]
+
+
 class TrainingText:
     """Lines of the kept training pairs by pair index: `pairs(indices)` -> (sources, targets). Pair i's lines are in
     the files of the corpus whose pairs hold i (data.corpora: each corpus's pairs follow the one before's)."""

@@ -128,7 +128,7 @@ def join_words(
     sentences: Sequence[Sequence[list[int]]], prefixes: Sequence[list[int]] | None = None
 ) -> tuple[list[list[int]], list[list[int]]]:
     """Sentences given as each word's pieces -> the piece ids per sentence and the word starts (see ParseCorpus).
-    `prefixes`: ids put before each sentence's first word (data.mark_extra's marker), counted in the starts."""
+    `prefixes`: ids put before each sentence's first word (a data.corpora treebank's tag), counted in the starts."""
     ids: list[list[int]] = []
     starts: list[list[int]] = []
     for i, sentence in enumerate(sentences):
@@ -169,7 +169,7 @@ def _find_tree_file(name: str) -> Path:
 def _input_files(config: ParseDataConfig) -> dict[str, list[Path]]:
     if not config.train:
         raise DataError("no training trees: set data.train (a tree file, e.g. gum_const/train.trees.gz)")
-    files = {"train": [_find_tree_file(p) for p in (*config.train, *config.extra_train)]}
+    files = {"train": [_find_tree_file(p) for p in (*config.train, *(c.file for c in config.corpora))]}
     if config.valid:
         files["valid"] = [_find_tree_file(config.valid)]
     return files
@@ -205,12 +205,20 @@ def prepare_trees(
 def _prepare_into(config: ParseDataConfig, files: dict[str, list[Path]], out: Path) -> dict:
     per_file = {split: [read_trees(path) for path in paths] for split, paths in files.items()}
     raw = {split: [t for trees in found for t in trees] for split, found in per_file.items()}
-    main_trees = sum(len(trees) for trees in per_file["train"][: len(config.train)])  # the rest: extra_train
+    # each training tree's corpus: 0 for data.train's files, k + 1 for data.corpora's k-th
+    sizes = [sum(len(trees) for trees in per_file["train"][: len(config.train)])]
+    sizes += [len(trees) for trees in per_file["train"][len(config.train) :]]
+    corpus_of = np.repeat(np.arange(len(sizes)), sizes)
     normalized = {split: [normalize(t) for t in trees] for split, trees in raw.items()}
     sentences = {split: [" ".join(words(t)) for t in trees] for split, trees in normalized.items()}
     tokenizer = Tokenizer.train(
-        sentences["train"], out / "tokenizer.model", vocab_size=config.vocab_size, model_type=config.model_type
+        sentences["train"],
+        out / "tokenizer.model",
+        vocab_size=config.vocab_size,
+        model_type=config.model_type,
+        tags=config.tags,
     )
+    tag_ids = [0] + [tokenizer.tag_id(c.tag) if c.tag else 0 for c in config.corpora]
     vocab = TargetVocab(
         tuple(build_vocab(normalized["train"], keep_tags=config.keep_tags)), tokenizer.vocab_size, config.keep_tags
     )
@@ -226,9 +234,10 @@ def _prepare_into(config: ParseDataConfig, files: dict[str, list[Path]], out: Pa
     }
     for split, trees in raw.items():
         src, starts = encode_words(tokenizer, [words(t) for t in normalized[split]])
-        if split == "train" and config.mark_extra:
-            src[main_trees:] = [[BOS_ID, *row] for row in src[main_trees:]]
-            starts[main_trees:] = [[at + 1 for at in row] for row in starts[main_trees:]]
+        if split == "train":  # a tagged corpus's sources begin with its tag (the word starts count it)
+            for i in np.flatnonzero(np.asarray(tag_ids)[corpus_of]).tolist():
+                src[i] = [tag_ids[corpus_of[i]], *src[i]]
+                starts[i] = [at + 1 for at in starts[i]]
         tgt = [vocab.encode(linearize(t, keep_tags=config.keep_tags)) for t in normalized[split]]
         keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if len(s) <= config.max_len and len(t) <= config.max_len]
         corpus = ParseCorpus(
@@ -243,6 +252,17 @@ def _prepare_into(config: ParseDataConfig, files: dict[str, list[Path]], out: Pa
             _write_lines(out / "valid.gold.trees", [to_string(trees[i]) for i in keep])
             _write_lines(out / "valid.words.txt", [sentences[split][i] for i in keep])
         summary["splits"][split] = _split_summary(files[split], trees, corpus, len(trees) - len(keep))
+        if split == "train":  # each corpus's kept trees, one after the other: data.train's, then data.corpora's
+            kept = np.bincount(corpus_of[keep], minlength=len(sizes)).tolist()
+            firsts = np.cumsum([0, *kept[:-1]]).tolist()
+            given = [(list(map(str, files["train"][: len(config.train)])), 1.0, "")]
+            given += [
+                ([str(path)], c.weight, c.tag) for path, c in zip(files["train"][len(config.train) :], config.corpora)
+            ]
+            summary["splits"]["train"]["corpora"] = [
+                {"files": paths, "first": first, "sentences": n, "weight": weight, "tag": tag}
+                for (paths, weight, tag), first, n in zip(given, firsts, kept)
+            ]
     if not len(TokenArrays.load(out / "train.src")):
         raise DataError(
             f"{files['train'][0]}: no usable training trees (all longer than data.max_len {config.max_len})"

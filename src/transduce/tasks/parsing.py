@@ -97,7 +97,7 @@ class ParsingTask(SequenceTask):
         prepared, train = self.data.splits["train"], self.config.train
         prefixes = self._prefixes()
         budgets = [self.config.data.max_len - len(prefix) for prefix in prefixes]
-        groups = [len(prefix) for prefix in prefixes]  # 1: marked (data.mark_extra), else all 0: one group
+        groups = [prefix[0] if prefix else 0 for prefix in prefixes]  # a tagged treebank's tag id; untagged: 0
         sentences = self._sampled_words(seed, epoch, budgets) if train.subword_sampling > 0 else self._prepared_words()
         tgt = prepared.tgt
         if train.subtree_substitution > 0:
@@ -120,7 +120,7 @@ class ParsingTask(SequenceTask):
         return ParseCorpus(TokenArrays.from_lists(src), tgt, TokenArrays.from_lists(starts))
 
     def _prefixes(self) -> list[list[int]]:
-        """What each prepared training source holds before its first word: data.mark_extra's marker, or nothing
+        """What each prepared training source holds before its first word: its treebank's tag (data.corpora), or nothing
         (made once). The words' pieces may fill data.max_len less that."""
         if self._prefix is None:
             prepared = self.data.splits["train"]

@@ -18,7 +18,7 @@ from ..config import Config, ConfigError, DataConfig, build_section, read_config
 from ..data import Batch, DataError, ParallelCorpus, Prepared, TokenArrays, collate, prepare
 from ..data.batching import corpus_draw, epoch_batches, make_batches
 from ..data.parallel import open_prepared
-from ..data.training_text import TEXT_COPY, TrainingText, training_corpora
+from ..data.training_text import TEXT_COPY, TrainingText, corpus_bounds, corpus_weights, training_corpora
 from ..decoding.translator import Translator
 from ..metrics import score
 from ..model import Transformer
@@ -149,12 +149,23 @@ class SequenceTask:
         return net(batch.src, batch.tgt_in, batch.positions)
 
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
-        """The epoch's batches; over the epoch's draw (`epoch_corpus`) when the task `redraws`."""
+        """The epoch's batches of the epoch's pairs (data.corpora's weights, `corpus_draw`); over the epoch's draw
+        (`epoch_corpus`) when the task `redraws`."""
         if self.redraws():
             self.corpus = self.epoch_corpus(seed=seed, epoch=epoch)
-        return make_batches(
-            self.corpus.src_lengths, self.corpus.tgt_lengths, max_tokens=max_tokens, seed=seed, epoch=epoch
+        return epoch_batches(
+            self.corpus.src_lengths,
+            self.corpus.tgt_lengths,
+            self.corpus_draw(seed, epoch),
+            max_tokens=max_tokens,
+            seed=seed,
+            epoch=epoch,
         )
+
+    def corpus_draw(self, seed: int, epoch: int) -> np.ndarray | None:
+        """The epoch's pairs by the training corpora's weights (data.corpora; None: every pair once)."""
+        summary = self.data.summary
+        return corpus_draw(corpus_bounds(summary), corpus_weights(summary), seed=seed, epoch=epoch)
 
     def collate(self, indices: np.ndarray) -> Batch | list[Batch]:
         return self.collate_pairs(
@@ -222,9 +233,13 @@ class TranslationTask(SequenceTask):
         weight x its size, `corpus_draw`); under train.subword_sampling each batch is drawn as it is collated,
         `collate`."""
         self._epoch = (seed, epoch)  # what the batches collated next are drawn from
-        draw = corpus_draw(self.data.corpus_bounds(), self.data.corpus_weights(), seed=seed, epoch=epoch)
         return epoch_batches(
-            self.corpus.src_lengths, self.corpus.tgt_lengths, draw, max_tokens=max_tokens, seed=seed, epoch=epoch
+            self.corpus.src_lengths,
+            self.corpus.tgt_lengths,
+            self.corpus_draw(seed, epoch),
+            max_tokens=max_tokens,
+            seed=seed,
+            epoch=epoch,
         )
 
     def collate(self, indices: np.ndarray) -> Batch | list[Batch]:
