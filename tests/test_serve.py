@@ -219,6 +219,31 @@ def test_without_batching_each_request_is_its_own_call(translator, sentences):
     assert [a[0]["text"] for a in answers] == translator.translate(sentences[:6])
 
 
+def test_sampling_requests_repeat_by_seed_even_among_others_and_bad_ones_are_422(translator, sentences):
+    """The request's sampling settings reach the decoding (the answer is the Translator's own sample); a sampling
+    request is decoded apart from others (each sentence's draws are seeded by its index in the call), so the same
+    request with the same seed gets the same answer whatever else is in flight."""
+    body = {"text": sentences[:4], "sampling_topk": 0, "temperature": 1.5, "seed": 7}
+    bodies = [body, {"text": sentences[4:8]}, {"text": sentences[:2], "sampling_topk": 0, "seed": 7}, body]
+    app = create_app(translator, limits=LIMITS, max_wait_ms=50.0)
+    answers = asyncio.run(_concurrent(app, bodies))
+    expected = translator.translate(sentences[:4], sampling_topk=0, temperature=1.5, seed=7)
+    assert [a["text"] for a in answers[0]] == [a["text"] for a in answers[3]] == expected
+    assert [a["text"] for a in answers[2]] == translator.translate(sentences[:2], sampling_topk=0, seed=7)
+    assert [a["text"] for a in answers[1]] == translator.translate(sentences[4:8])
+    assert expected != translator.translate(sentences[:4])  # it did sample (temperature 1.5 on a tiny model)
+    with TestClient(create_app(translator, limits=LIMITS)) as client:
+        for bad, says in (
+            ({"sampling_topk": 0, "beam": 4}, "draws one translation per sentence"),
+            ({"sampling_topk": 1, "sampling_topp": 0.5}, "needs a sampling top-k of 0"),
+            ({"tag": "<2fr>"}, "is not a token of the vocabulary"),
+            ({"sampling_topp": 0.0}, "sampling_topp"),
+            ({"temperature": -1}, "temperature"),
+        ):
+            error = error_of(client.post("/v1/translate", json={"text": ["a"], **bad}), 422)
+            assert says in error["message"] or says in str(error), (bad, error)
+
+
 def test_batcher_respects_the_token_budget_and_isolates_failures():
     calls = []
 

@@ -75,7 +75,10 @@ def translation_routes(service: Service) -> APIRouter:
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True)
     async def translate(request: TranslateRequest) -> TranslateResponse:
         """Translate raw sentences; the answer keeps input order. Concurrent requests are decoded together."""
-        options = decode_options(service, request.beam, request.alpha, request.nbest)
+        sampling = (request.sampling_topk, request.sampling_topp, request.temperature, request.seed)
+        options = decode_options(
+            service, request.beam, request.alpha, request.nbest, sampling=sampling, tag=request.tag
+        )
         service.check_texts(request.text)
         results = await service.within_timeout(service.batcher.submit(request.text, options))
         return TranslateResponse(translations=[_translation_out(h, options.nbest) for h in results])

@@ -15,6 +15,23 @@ class TranslateRequest(_Strict):
     beam: int | None = Field(None, ge=1, description="Beam size (default: the run's, usually 4); 1 = greedy.")
     nbest: int = Field(1, ge=1, description="Hypotheses returned per sentence (<= beam).")
     alpha: float | None = Field(None, ge=0.0, le=10.0, description="Length-penalty exponent (default: the run's).")
+    sampling_topk: int | None = Field(
+        None,
+        ge=0,
+        le=100_000,
+        description="Sample each token from the K most probable (0: all) instead of searching; 1 = greedy "
+        "(default: the run's decode.sampling_topk). Sampling takes no beam or nbest.",
+    )
+    sampling_topp: float | None = Field(
+        None, gt=0.0, le=1.0, description="Then from the smallest set of probability P."
+    )
+    temperature: float | None = Field(None, gt=0.0, le=100.0, description="Sampling from softmax(logits / T).")
+    seed: int | None = Field(
+        None, ge=0, lt=2**63, description="Sampling's seed: the same request with the same seed gets the same answer."
+    )
+    tag: str | None = Field(
+        None, max_length=32, description="A tag of the model's corpora (e.g. '<2de>') put before every source."
+    )
 
 
 class Hypothesis(BaseModel):

@@ -6,6 +6,8 @@ JSON bodies; an `ApiError` carries the status the HTTP layer answers it with.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import json
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -54,6 +56,17 @@ class DecodeOptions:
     beam: int
     alpha: float
     nbest: int
+    # sampling (decoding/front.py) and the tag; `alone` sets a sampling request apart (a number of its own): each
+    # sentence's draws are seeded by its index in the call, so a request decoded with others would not repeat
+    sampling: tuple[int | None, float | None, float | None, int | None] = (None, None, None, None)
+    tag: str | None = None
+    alone: int = 0
+
+    def decoding(self) -> dict[str, Any]:
+        """The keyword arguments of the predictor's decoding call beyond beam, alpha and nbest."""
+        topk, topp, temperature, seed = self.sampling
+        given = {"sampling_topk": topk, "sampling_topp": topp, "temperature": temperature, "seed": seed}
+        return {k: v for k, v in {**given, "tag": self.tag}.items() if v is not None}
 
 
 # ---------------------------------------------------------------------------------------------------- service
@@ -161,14 +174,26 @@ def decode_defaults(predictor: Any) -> DecodeOptions:
     return DecodeOptions(beam=getattr(decode, "beam", 4), alpha=getattr(decode, "alpha", 0.6), nbest=1)
 
 
-def decode_options(service: Service, beam: int | None, alpha: float | None, nbest: int = 1) -> DecodeOptions:
+_ALONE = itertools.count(1)  # the numbers that keep sampling requests out of shared calls
+
+
+def decode_options(
+    service: Service,
+    beam: int | None,
+    alpha: float | None,
+    nbest: int = 1,
+    *,
+    sampling: tuple[int | None, float | None, float | None, int | None] = (None, None, None, None),
+    tag: str | None = None,
+) -> DecodeOptions:
     """A request's options with the run's defaults filled in, checked against the beam bound.
 
     The bound is max_beam or the run's own default beam, whichever is larger: a parsing run decodes with the
     paper's beam 21 by default, and a request that asks for nothing must not be refused for the run's settings.
     """
     defaults = decode_defaults(service.predictor)
-    beam = defaults.beam if beam is None else beam
+    samples = _samples(service.predictor, sampling[0])
+    beam = (1 if samples else defaults.beam) if beam is None else beam  # sampling: one draw per sentence
     alpha = defaults.alpha if alpha is None else alpha
     bound = service.max_beam
     if beam > bound:
@@ -177,7 +202,33 @@ def decode_options(service: Service, beam: int | None, alpha: float | None, nbes
         )
     if nbest > beam:
         raise ApiError(422, "invalid_request", f"nbest ({nbest}) must not exceed beam ({beam})")
-    return DecodeOptions(beam=beam, alpha=alpha, nbest=nbest)
+    options = DecodeOptions(beam=beam, alpha=alpha, nbest=nbest, sampling=sampling, tag=tag)
+    if any(v is not None for v in sampling) or tag is not None:
+        _check_decoding(service.predictor, options)
+    return dataclasses.replace(options, alone=next(_ALONE)) if samples else options
+
+
+def _samples(predictor: Any, topk: int | None) -> bool:
+    """Whether a request samples: its top-k, else the run's decode.sampling_topk, is not 1."""
+    return (getattr(getattr(predictor, "decode", None), "sampling_topk", 1) if topk is None else topk) != 1
+
+
+def _check_decoding(predictor: Any, options: DecodeOptions) -> None:
+    """The sampling settings and the tag checked as the decoding call checks them (decoding/front.py), so that a
+    mistake is a 422 naming it, not a failed batch."""
+    from ..config import ConfigError
+    from ..decoding import front
+
+    if not hasattr(predictor, "tokenizer") or not hasattr(predictor.tokenizer, "tag_id"):
+        raise ApiError(422, "invalid_request", "this model takes no sampling settings or tag")
+    topk, topp, temperature, seed = options.sampling
+    try:
+        front.options(predictor.decode, beam=options.beam, nbest=options.nbest, sampling_topk=topk,
+                      sampling_topp=topp, temperature=temperature, seed=seed)  # fmt: skip
+        if options.tag:
+            predictor.tokenizer.tag_id(options.tag)
+    except (ConfigError, ValueError) as err:
+        raise ApiError(422, "invalid_request", str(err)) from None
 
 
 # ---------------------------------------------------------------------------------------------------- batches
@@ -185,7 +236,12 @@ def translation_batch(predictor: Any, batch_tokens: int) -> RunBatch:
     def run(texts: list[str], options: Hashable) -> list:
         assert isinstance(options, DecodeOptions)
         return predictor.translate_nbest(
-            texts, beam=options.beam, alpha=options.alpha, nbest=options.nbest, batch_tokens=batch_tokens
+            texts,
+            beam=options.beam,
+            alpha=options.alpha,
+            nbest=options.nbest,
+            batch_tokens=batch_tokens,
+            **options.decoding(),
         )
 
     return run
