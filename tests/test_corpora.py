@@ -206,3 +206,80 @@ def test_prepare_takes_corpora_on_the_command_line(corpora):
                        "--out", str(corpora / "bad"), check=False)  # fmt: skip
         assert proc.returncode == 1 and says in proc.stderr and "Traceback" not in proc.stderr
     assert not (corpora / "bad").exists()
+
+
+# One-file corpora: TSV, JSON Lines, Parquet (issue 63 item 3) ------------------------------------------------------
+def one_file_corpora(root: Path) -> dict[str, Path]:
+    """The toy corpus `train` (train.en, train.xx) written again in every one-file layout."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src, tgt = (Path(root / f"train.{lang}").read_text().splitlines() for lang in ("en", "xx"))
+    names = ("train.tsv", "train.tsv.gz", "train.jsonl", "flat.jsonl", "train.parquet", "cols.parquet")
+    files = dict(zip(("tsv", "tsv.gz", "jsonl", "flat.jsonl", "parquet", "cols.parquet"), (root / n for n in names)))
+    tsv = "".join(f"{a}\t{b}\n" for a, b in zip(src, tgt))
+    files["tsv"].write_text(tsv)
+    files["tsv.gz"].write_bytes(gzip.compress(tsv.encode()))
+    files["jsonl"].write_text("".join(json.dumps({"translation": {"en": a, "xx": b}}) + "\n" for a, b in zip(src, tgt)))
+    files["flat.jsonl"].write_text("".join(json.dumps({"xx": b, "en": a, "id": i}) + "\n" for i, (a, b) in
+                                           enumerate(zip(src, tgt))))  # fmt: skip
+    table = pa.table({"translation": [{"en": a, "xx": b} for a, b in zip(src, tgt)]})
+    pq.write_table(table, files["parquet"], row_group_size=70)  # several row groups
+    pq.write_table(pa.table({"en": src, "xx": tgt}), files["cols.parquet"], row_group_size=70)
+    return files
+
+
+def test_tsv_jsonl_and_parquet_corpora_give_the_ids_of_line_aligned_files(corpora, monkeypatch):
+    import transduce.data.parallel as parallel
+
+    monkeypatch.setattr(parallel, "CHUNK_LINES", 100)  # several chunks and blocks of rows
+    plain = prepare(DataConfig(train=str(corpora / "train"), src="en", tgt="xx", vocab_size=60), corpora / "plain")
+    for name, path in one_file_corpora(corpora).items():
+        data = prepare(DataConfig(train=str(path), src="en", tgt="xx", vocab_size=60), corpora / f"p-{name}")
+        assert data.tokenizer.signature() == plain.tokenizer.signature(), name  # the same vocabulary learned
+        for side in ("src", "tgt"):
+            ours, theirs = getattr(data.splits["train"], side), getattr(plain.splits["train"], side)
+            assert np.array_equal(ours.ids, theirs.ids) and np.array_equal(ours.offsets, theirs.offsets), name
+        assert data.texts("train") == plain.texts("train"), name
+        if "parquet" not in name:  # subword sampling reads a line-based file's rows again by offset
+            from transduce.data.training_text import TrainingText
+
+            text = TrainingText(data.root, data.summary, corpora / f"scratch-{name}")
+            assert text.pairs(np.array([0, 7, 299])) == TrainingText(plain.root, plain.summary).pairs(
+                np.array([0, 7, 299])
+            )
+    from transduce.data.training_text import TrainingText
+
+    with pytest.raises(DataError, match="a Parquet corpus has no lines"):
+        TrainingText(data.root, data.summary)
+
+
+def test_bad_rows_of_a_one_file_corpus_are_named_by_file_and_row(corpora):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cases = {
+        "a.tsv": (b"a b\tA B\nc d\tC D\tX\n", r"a.tsv:2: expected 2 tab-separated fields \(source, target\), found 3"),
+        "b.jsonl": (b'{"translation": {"en": "a", "xx": "A"}}\n{"en": "b"}\n', r'b.jsonl:2: no "xx" field'),
+        "c.jsonl": (b'{"en": "a", "xx": "A"}\nnot json\n', r"c.jsonl:2: not a JSON object"),
+        "d.jsonl": (b'{"en": "a", "xx": 3}\n', r"d.jsonl:1: a sentence must be a string, got int"),
+        "e.jsonl": (b'{"en": "a\\nb", "xx": "A"}\n', r"e.jsonl:1: a sentence holds a line break"),
+        "f.tsv": (b"a\tA\n\xff\tB\n", r"f.tsv:2: invalid UTF-8"),
+    }
+    for name, (data, says) in cases.items():
+        (corpora / name).write_bytes(data)
+        with pytest.raises(DataError, match=says):
+            prepare(DataConfig(train=str(corpora / name), src="en", tgt="xx", vocab_size=60), corpora / f"p-{name}")
+    pq.write_table(pa.table({"en": ["a", None], "xx": ["A", "B"]}), corpora / "g.parquet")
+    pq.write_table(pa.table({"en": ["a"], "de": ["A"]}), corpora / "h.parquet")
+    (corpora / "i.parquet").write_text("not parquet")
+    for name, says in (
+        ("g.parquet", "row 2: a missing \\(null\\) sentence"),
+        ("h.parquet", 'no "xx" column'),
+        ("i.parquet", "not a readable Parquet file"),
+        ("none.tsv", "none.tsv: no such file"),
+    ):
+        with pytest.raises(DataError, match=says):
+            prepare(DataConfig(train=str(corpora / name), src="en", tgt="xx", vocab_size=60), corpora / f"p-{name}")

@@ -29,8 +29,10 @@ from ..config import DataConfig
 from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_leftovers, remove_own_folder
 from .cache import reuse_or_build
 from .corpus import ParallelCorpus, TokenArrays
+from .formats import count_rows, pair_blocks, pair_format
 from .stream import (
     CHUNK_LINES,
+    Blocks,
     ChunkJob,
     chunk_folder,
     count_lines,
@@ -40,7 +42,7 @@ from .stream import (
     sample_lines,
     split_lines,
 )
-from .text import DataError, file_digest, find_side, read_lines
+from .text import DataError, file_digest, find_side, read_lines, resolve_path
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError
 from .training_text import corpus_bounds, corpus_weights, training_corpora
 
@@ -70,9 +72,14 @@ class Prepared:
         sides: list[list[str]] = [[], []]
         for corpus in training_corpora(self.summary):  # each corpus's kept pairs, one after the other
             first, count = corpus["first"], corpus["sentences"]
-            for side, name in zip(sides, corpus["files"]):
+            fmt = corpus.get("format", "lines")
+            for k, (side, name) in enumerate(zip(sides, corpus["files"])):
                 check_unchanged(Path(name), self.summary, self.root)
-                side.extend(_select_lines(Path(name), lines[first : first + count], errors))
+                if fmt == "lines":
+                    side.extend(_select_lines(Path(name), lines[first : first + count], errors))
+                    continue
+                one = Input(Path(name), Path(name), format=fmt, langs=tuple(corpus["langs"]))
+                side.extend(_select_rows(one, k, lines[first : first + count], errors))
         return sides[0], sides[1]
 
     def corpus_bounds(self) -> np.ndarray:
@@ -104,6 +111,18 @@ class Input:
     tgt: Path
     tag: str = ""
     weight: float = 1.0
+    format: str = "lines"  # "lines": two line-aligned files; "tsv", "jsonl", "parquet": one file (src = tgt)
+    langs: tuple[str, str] = ("", "")  # a one-file corpus: its source and target's keys (data.src, data.tgt)
+
+    def side_blocks(self, side: int) -> Blocks:
+        """One side's lines in blocks of CHUNK_LINES: (lines, their bytes), read anew each call."""
+        if self.format == "lines":
+            return partial(line_blocks, self.pair[side], CHUNK_LINES)
+        return lambda: ((n, tgt if side else src) for n, src, tgt, _ in self.blocks())
+
+    def blocks(self) -> Iterator[tuple[int, bytes, bytes, np.ndarray]]:
+        """A one-file corpus in blocks of rows (formats.pair_blocks)."""
+        return pair_blocks(self.src, self.format, *self.langs, CHUNK_LINES)
 
     @property
     def pair(self) -> tuple[Path, Path]:
@@ -118,6 +137,12 @@ def split_inputs(config: DataConfig) -> Inputs:
     training text is (subword sampling reads it again)."""
 
     def found(prefix: str, src: str, tgt: str, **kw: Any) -> Input:
+        fmt = pair_format(prefix)
+        if fmt is not None:  # one file of both sides (TSV, JSONL, Parquet)
+            path = resolve_path(prefix)
+            if not path.is_file():
+                raise DataError(f"{prefix}: no such file")
+            return Input(path.absolute(), path.absolute(), format=fmt, langs=(src, tgt), **kw)
         return Input(find_side(prefix, src).absolute(), find_side(prefix, tgt).absolute(), **kw)
 
     inputs = {}
@@ -131,6 +156,19 @@ def split_inputs(config: DataConfig) -> Inputs:
         else:
             inputs[split] = [found(prefix, config.src, config.tgt, tag=config.valid_tag if split == "valid" else "")]
     return inputs
+
+
+def _select_rows(one: Input, side: int, wanted: np.ndarray, errors: str) -> list[str]:
+    """A one-file corpus's `side` of the rows whose numbers (from 0, rising) are in `wanted`."""
+    out: list[str] = []
+    first = 0
+    for count, block in one.side_blocks(side)():
+        here = wanted[np.searchsorted(wanted, first) : np.searchsorted(wanted, first + count)] - first
+        if len(here):
+            lines = split_lines(block, str(one.src), first, errors)
+            out.extend(lines[i] for i in here)
+        first += count
+    return out
 
 
 def split_prefixes(config: DataConfig) -> dict[str, str]:
@@ -345,7 +383,15 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
                 counts = _counts([s for s in stats if s.get("corpus", 0) == k])
                 files_k = [str(p) for p in one.pair]
                 info["corpora"].append(
-                    {"files": files_k, "first": first, **counts, "weight": one.weight, "tag": one.tag}
+                    {
+                        "files": files_k,
+                        "first": first,
+                        **counts,
+                        "weight": one.weight,
+                        "tag": one.tag,
+                        "format": one.format,
+                        "langs": list(one.langs),
+                    }  # fmt: skip
                 )
                 first += counts["sentences"]
         for side, arr, lengths in (("src", corpus.src, corpus.src_lengths), ("tgt", corpus.tgt, corpus.tgt_lengths)):
@@ -390,15 +436,23 @@ def _learn_vocabulary(config: DataConfig, files: dict, tokenizer_path: Path, log
     counts = {}
     for inputs in files.values():
         for one in inputs:
-            counts[one.pair] = [count_lines(one.src), count_lines(one.tgt)]
-            _check_line_counts(one.src, one.tgt, *counts[one.pair])
+            if one.format == "lines":
+                counts[one] = [count_lines(one.src), count_lines(one.tgt)]
+                _check_line_counts(one.src, one.tgt, *counts[one])
+            else:
+                counts[one] = [count_rows(one.src, one.format)] * 2
+                if not counts[one][0]:
+                    raise DataError(f"{one.src}: the file is empty")
     train = [path for one in files["train"] for path in one.pair]
-    train_counts = [n for one in files["train"] for n in counts[one.pair]]
+    train_counts = [n for one in files["train"] for n in counts[one]]
+    blocks = [one.side_blocks(side) for one in files["train"] for side in (0, 1)]
     total = sum(train_counts)
     if total > config.vocab_sample:
         log(f"data: the vocabulary is trained on {config.vocab_sample:,} of {total:,} training sentences")
     sample = _Counted(
-        sample_lines(train, train_counts, config.vocab_sample, seed=VOCAB_SAMPLE_SEED, errors=config.errors)
+        sample_lines(
+            train, train_counts, config.vocab_sample, seed=VOCAB_SAMPLE_SEED, errors=config.errors, blocks=blocks
+        )  # fmt: skip
     )
     try:
         Tokenizer.train(
@@ -497,6 +551,18 @@ def _chunk_jobs(
     kind = split if split in ("train", "valid") else "test"
     index = 0
     for k, one in enumerate(inputs):
+        prefix = (tag_ids[one.tag],) if one.tag else ()
+        if one.format != "lines":  # one file of both sides: its rows' blocks, where each row begins
+            first = 0
+            for n, src, tgt, starts in one.blocks():
+                yield ChunkJob(
+                    split, index, first, src, tgt, str(one.src), str(one.tgt), str(chunks), tokenizer, kind,
+                    config.max_len, config.max_ratio, config.errors, id_dtype, corpus=k, prefix=prefix,
+                    row_starts=starts,
+                )  # fmt: skip
+                first += n
+                index += 1
+            continue
         first = src_pos = tgt_pos = 0
         for a, b in zip_longest(line_blocks(one.src, CHUNK_LINES), line_blocks(one.tgt, CHUNK_LINES)):
             if a is None or b is None or a[0] != b[0]:
@@ -504,7 +570,7 @@ def _chunk_jobs(
             yield ChunkJob(
                 split, index, first, a[1], b[1], str(one.src), str(one.tgt), str(chunks), tokenizer, kind,
                 config.max_len, config.max_ratio, config.errors, id_dtype, src_pos, tgt_pos,
-                corpus=k, prefix=(tag_ids[one.tag],) if one.tag else (),
+                corpus=k, prefix=prefix,
             )  # fmt: skip
             first += a[0]
             src_pos += len(a[1])

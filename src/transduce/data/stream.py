@@ -14,8 +14,9 @@ import gzip
 import json
 import typing
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain, islice
 from pathlib import Path
 from typing import IO, Any
@@ -74,16 +75,25 @@ def split_lines(data: bytes, name: str, first_line: int, errors: str) -> list[st
     return decode_lines(data, name, errors=errors, first_line=first_line)
 
 
-def sample_lines(paths: list[Path], counts: list[int], size: int, *, seed: int, errors: str) -> Iterator[str]:
+Blocks = Callable[
+    [], Iterator[tuple[int, bytes]]
+]  # a side's lines in blocks: (lines, their bytes), read anew each call
+
+
+def sample_lines(
+    paths: list[Path], counts: list[int], size: int, *, seed: int, errors: str, blocks: list[Blocks] | None = None
+) -> Iterator[str]:
     """The non-blank lines among a seeded random choice of `size` lines of the files (taken as one sequence, in file
-    order); every line when the files hold no more than `size`. Streams: memory grows with `size`, not the files."""
+    order); every line when the files hold no more than `size`. Streams: memory grows with `size`, not the files.
+    `blocks`: each file's lines where they are not its own lines (a side of a TSV, JSONL or Parquet corpus)."""
     total = sum(counts)
     chosen = None if total <= size else choose(total, size, seed=seed)
     start = 0
-    for path, count in zip(paths, counts):
+    readers = blocks or [partial(line_blocks, path, CHUNK_LINES) for path in paths]
+    for path, count, reader in zip(paths, counts, readers):
         mine = None if chosen is None else chosen[(chosen >= start) & (chosen < start + count)] - start
         first = 0
-        for in_block, block in line_blocks(path, CHUNK_LINES):
+        for in_block, block in reader():
             if mine is None:
                 yield from (line for line in split_lines(block, str(path), first, errors) if line.strip())
             else:  # only the chosen lines are decoded (the others are checked when the corpus is encoded)
@@ -132,6 +142,9 @@ class ChunkJob:
     tgt_pos: int = 0
     corpus: int = 0  # which of the split's corpora (data.corpora) the lines are of
     prefix: tuple[int, ...] = ()  # ids put before every source (the corpus's tag), counted in its length
+    # a one-file corpus (TSV, JSONL, Parquet: formats.py): where each row begins in it, for both sides; None: the
+    # lines' own offsets in their files (src_pos, tgt_pos)
+    row_starts: np.ndarray | None = None
 
 
 _TOKENIZERS: dict[str, Tokenizer] = {}  # per worker process: each loads the model once
@@ -187,7 +200,9 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
             stats[f"{side}_unk"] = int((flat == UNK_ID).sum())
             np.save(folder / f"{side}.ids.npy", flat, allow_pickle=False)
             np.save(folder / f"{side}.lengths.npy", lengths[ok].astype(np.int32), allow_pickle=False)
-            if job.kind == "train":
+            if job.kind == "train" and job.row_starts is not None:
+                np.save(folder / f"{side}.starts.npy", job.row_starts[kept[ok]], allow_pickle=False)
+            elif job.kind == "train":
                 starts = line_starts(raw)[kept[ok]] + (job.src_pos if side == "src" else job.tgt_pos)
                 np.save(folder / f"{side}.starts.npy", starts, allow_pickle=False)
             else:

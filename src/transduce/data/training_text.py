@@ -17,6 +17,7 @@ from typing import IO
 import numpy as np
 
 from ..outputs import atomic_folder, read_manifest
+from .formats import row_sides
 from .text import DataError, file_digest
 
 
@@ -51,7 +52,15 @@ class TrainingText:
         self.bounds = np.asarray([c["first"] for c in corpora[1:]], dtype=np.int64)  # where corpora 1.. begin
         if not (root / "train.src.starts.npy").is_file():
             raise DataError(f"{root}: holds no offsets of the training text (prepare it again)")
+        self.formats: list[tuple[str, str, str]] = []  # per corpus: its format and, for one file, its keys
         for k, corpus in enumerate(corpora):
+            fmt, langs = corpus.get("format", "lines"), corpus.get("langs", ["", ""])
+            if fmt == "parquet":
+                raise DataError(
+                    f"{corpus['files'][0]}: subword sampling reads the training text again by line; a Parquet "
+                    "corpus has no lines: use its TSV or JSON Lines form, or train without train.subword_sampling"
+                )
+            self.formats.append((fmt, *langs))
             sides = []
             for side, name in zip(("src", "tgt"), corpus["files"]):
                 path = Path(name)
@@ -79,6 +88,9 @@ class TrainingText:
                 f = self._files[k][s]
                 f.seek(int(starts[i]))
                 raw = f.readline()
+                fmt, src, tgt = self.formats[k]
+                if fmt != "lines":  # a row of a TSV or JSON Lines corpus: its side
+                    raw = row_sides(raw, fmt, src, tgt, self.paths[k][s], -1)[s]
                 try:
                     lines.append(raw.decode("utf-8", errors=self.errors).rstrip("\n").rstrip("\r"))
                 except UnicodeDecodeError:
