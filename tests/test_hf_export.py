@@ -170,9 +170,9 @@ def test_greedy_generate_gives_our_greedy_tokens_and_strings(exported):
     batch = tokenizer(sources, return_tensors="pt", padding=True)
     with torch.no_grad():
         generated = model.generate(**batch, num_beams=1)  # generation_config.json: max_length = the positions
-    assert [generated_tokens(s) for s in generated.tolist()] == [
-        h[0].tokens for h in capped.translate_nbest(sources, beam=1)
-    ]
+    capped_hyps = capped.translate_nbest(sources, beam=1)
+    assert [generated_tokens(s) for s in generated.tolist()] == [h[0].tokens for h in capped_hyps]
+    assert tokenizer.batch_decode(generated, skip_special_tokens=True) == [h[0].text for h in capped_hyps]
 
 
 @pytest.mark.parametrize("penalty, alpha", [("length", 0.6), ("none", 0.0)])
