@@ -169,6 +169,13 @@ def test_a_training_run_draws_its_epochs_by_weight_and_translate_takes_the_tag(c
     bad = run_cli("translate", str(run), "--input", str(tmp_path / "in.txt"), "--tag", "<2fr>", check=False)
     assert bad.returncode == 1 and "the tag '<2fr>' is not a token of the vocabulary" in bad.stderr
     assert "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
+    # the CTranslate2 engine takes the tag as the torch engine does: the same ids in, the same translations out
+    from transduce.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+
+    engine = CTranslate2Translator(export_ctranslate2(run, tmp_path / "ct2"), exact=True)
+    lines = (corpora / "valid.en").read_text().splitlines()[:6]
+    assert engine.encode_sources(lines, "<bt>") == [ids[:-1] for ids in translator.encode_sources(lines, "<bt>")]
+    assert engine.translate(lines, beam=1, tag="<bt>") == translator.translate(lines, beam=1, tag="<bt>")
 
 
 def test_subword_sampling_keeps_each_corpus_tag_first(corpora):
