@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+ACTIVATIONS = ("relu", "swish", "gelu")  # model.activation's values
+
 
 class ConfigError(ValueError):
     """A configuration the user wrote cannot be used; the message says which key and why."""
@@ -42,6 +44,10 @@ class ModelConfig:
     tie_embeddings: bool = True  # one matrix: encoder input, decoder input, pre-softmax projection (§3.4)
     pad_id: int = 0  # the padding token's id: a zero embedding row (padding_idx); padded positions are masked
     layer_norm_eps: float = 1e-5  # LayerNorm's eps, in sqrt(variance + eps) (torch's default; the paper does not say)
+    activation: str = "relu"  # the FFN's non-linearity: "relu" (Eq. 2's max(0, x)), "swish" (x sigmoid(x), Marian's)
+    # or "gelu" (exact, with erf)
+    scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (§3.4); false: by 1 (a Marian option)
+    output_bias: bool = False  # a bias on the pre-softmax projection (Marian's final_logits_bias); §3.4 has none
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "d_ff", "n_heads", "max_len"):
@@ -58,6 +64,8 @@ class ModelConfig:
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"model.activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
         if self.positional not in ("sinusoidal", "learned"):
             raise ConfigError(f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         if self.attention_window is not None and self.attention_window < 0:

@@ -72,6 +72,8 @@ KIND = "ctranslate2-export"  # the kind in the folder's transduce-manifest.json 
 FORMAT_VERSION = 1
 # The weight types CTranslate2's `ModelSpec.optimize(quantization=...)` accepts.
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+# model.activation -> CTranslate2's Activation member (its GELU is the exact, erf form, as torch's F.gelu)
+ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
 INSTALL_HINT = "pip install 'transduce[export]' (or: pip install ctranslate2)"
 
 
@@ -135,8 +137,9 @@ def _set_norm(spec, norm: nn.LayerNorm) -> None:
 
 
 def _set_inputs(spec, embedding) -> None:
-    """Token embeddings (scaled by sqrt(d_model) in the engine, §3.4) and our own position table (§3.5)."""
-    spec.scale_embeddings = True
+    """Token embeddings (scaled by sqrt(d_model) in the engine, §3.4, unless model.scale_embeddings is false) and
+    our own position table (§3.5)."""
+    spec.scale_embeddings = embedding.scale != 1.0
     table = embedding.learned.weight if hasattr(embedding, "learned") else embedding.pe
     spec.position_encodings.encodings = _array(table)  # (max_len, D)
 
@@ -169,7 +172,7 @@ def _set_decoder(spec, decoder, output: nn.Linear) -> None:
         _set_feed_forward(layer_spec.ffn, layer.ff, layer.sublayer3.norm)
     if decoder.final_norm is not None:
         _set_norm(spec.layer_norm, decoder.final_norm)
-    _set_linear(spec.projection, output)  # pre-softmax projection, no bias
+    _set_linear(spec.projection, output)  # pre-softmax projection (its bias with model.output_bias)
 
 
 def _set_feed_forward(spec, ff, norm: nn.LayerNorm) -> None:
@@ -184,9 +187,14 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     config = model.config
     check_exportable(config, tokenizer)
     specs = ct2.specs
+    activation = getattr(specs.Activation, ACTIVATIONS[config.activation])
     spec = specs.TransformerSpec(
-        specs.TransformerEncoderSpec(config.encoder_layers, config.n_heads, pre_norm=config.norm_first),
-        specs.TransformerDecoderSpec(config.decoder_layers, config.n_heads, pre_norm=config.norm_first),
+        specs.TransformerEncoderSpec(
+            config.encoder_layers, config.n_heads, pre_norm=config.norm_first, activation=activation
+        ),
+        specs.TransformerDecoderSpec(
+            config.decoder_layers, config.n_heads, pre_norm=config.norm_first, activation=activation
+        ),
     )
     _set_encoder(spec.encoder, model.encoder)
     output = model.output
