@@ -43,6 +43,8 @@ class ModelConfig:
     attention_window: int | None = None  # r of Table 1's restricted self-attention; None = full
     tie_embeddings: bool = True  # one matrix: encoder input, decoder input, pre-softmax projection (§3.4)
     pad_id: int = 0  # the padding token's id: a zero embedding row (padding_idx); padded positions are masked
+    bos_id: int = 2  # the decoder's first input (BOS; a Marian model starts from its pad row); set from the tokenizer
+    eos_id: int = 3  # end of sentence: ends every source and every output; set from the tokenizer
     layer_norm_eps: float = 1e-5  # LayerNorm's eps, in sqrt(variance + eps) (torch's default; the paper does not say)
     activation: str = "relu"  # the FFN's non-linearity: "relu" (Eq. 2's max(0, x)), "swish" (x sigmoid(x), Marian's)
     # or "gelu" (exact, with erf)
@@ -70,8 +72,11 @@ class ModelConfig:
             raise ConfigError(f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         if self.attention_window is not None and self.attention_window < 0:
             raise ConfigError(f"model.attention_window must be >= 0, got {self.attention_window}")
-        if self.vocab_size and not 0 <= self.pad_id < self.vocab_size:
-            raise ConfigError(f"model.pad_id ({self.pad_id}) must be a token id below vocab_size")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if not 0 <= getattr(self, name) < (self.vocab_size or getattr(self, name) + 1):
+                raise ConfigError(f"model.{name} ({getattr(self, name)}) must be a token id below vocab_size")
+        if self.eos_id in (self.pad_id, self.bos_id):
+            raise ConfigError(f"model.eos_id ({self.eos_id}) must differ from model.pad_id and model.bos_id")
 
     @property
     def encoder_layers(self) -> int:

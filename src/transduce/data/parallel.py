@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_leftovers, remove_own_folder
 from .cache import reuse_or_build
 from .corpus import ParallelCorpus, TokenArrays
+from .marian import load_tokenizer
 from .stream import (
     CHUNK_LINES,
     ChunkJob,
@@ -44,7 +45,7 @@ from .stream import (
     split_lines,
 )
 from .text import DataError, file_digest, find_side, read_lines
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError
+from .tokenizer import Tokenizer, TokenizerError
 
 # prepare ----------------------------------------------------------------------------------------------------------
 PARTIAL = "data (unfinished)"  # the manifest kind of a prepare's work folder, kept until the cache is complete
@@ -142,7 +143,7 @@ def with_tokenizer(config: DataConfig) -> tuple[DataConfig, str]:
         return config, ""
     path = tokenizer_file(config.tokenizer)
     try:
-        tokenizer = Tokenizer(path)
+        tokenizer = load_tokenizer(path)
     except TokenizerError as err:
         raise DataError(f"data.tokenizer: {err}") from None
     meta = tokenizer.meta
@@ -265,7 +266,7 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
                 shutil.copyfile(src, dst)
     elif not tokenizer_path.is_file():
         _learn_vocabulary(config, files, tokenizer_path, log)
-    tokenizer = Tokenizer(tokenizer_path)
+    tokenizer = load_tokenizer(tokenizer_path)
     id_dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "int32"
     chunk_stats = _encode_chunks(config, files, work, str(tokenizer_path), id_dtype, log)
 
@@ -276,7 +277,7 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
         "src": config.src,
         "tgt": config.tgt,
         "vocab_size": tokenizer.vocab_size,
-        "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+        "special_ids": vars(tokenizer.special),
         "options": {k: v for k, v in asdict(config).items() if k not in NOT_IN_KEY},
         "splits": {},
     }
@@ -489,7 +490,7 @@ def load_prepared(root: str | Path) -> Prepared:
     root = Path(root)
     try:
         summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
-        tokenizer = Tokenizer(root / "tokenizer.model")
+        tokenizer = load_tokenizer(root / "tokenizer.model")
         splits = {
             name: ParallelCorpus(TokenArrays.load(root / f"{name}.src"), TokenArrays.load(root / f"{name}.tgt"))
             for name in summary["splits"]

@@ -59,7 +59,8 @@ import torch
 from torch import nn
 
 from ..config import Config, ConfigError, DecodeConfig, ModelConfig, read_config
-from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from ..data.marian import load_tokenizer
+from ..data.tokenizer import Tokenizer
 from ..decoding import front
 from ..decoding.front import Decoded, Translation
 from ..decoding.search import Sampling, length_penalty
@@ -103,8 +104,12 @@ def check_exportable(config: ModelConfig, tokenizer: Tokenizer) -> None:
             f"{config.encoder_layers} encoder and {config.decoder_layers} decoder layers: "
             "CTranslate2 needs at least one layer in each stack"
         )
-    if config.pad_id != PAD_ID:
-        problems.append(f"model.pad_id = {config.pad_id}: the exported vocabulary puts PAD at {PAD_ID}")
+    special = tokenizer.special
+    if (config.pad_id, config.bos_id, config.eos_id) != (special.pad, special.bos, special.eos):
+        problems.append(
+            f"model.pad_id, bos_id, eos_id = {(config.pad_id, config.bos_id, config.eos_id)}: the vocabulary's are "
+            f"{(special.pad, special.bos, special.eos)}"
+        )
     if tokenizer.vocab_size != config.vocab_size:
         problems.append(f"the tokenizer has {tokenizer.vocab_size} pieces, the model {config.vocab_size}")
     pieces = _pieces(tokenizer)
@@ -116,7 +121,7 @@ def check_exportable(config: ModelConfig, tokenizer: Tokenizer) -> None:
 
 def _pieces(tokenizer: Tokenizer) -> list[str]:
     """The vocabulary in id order: piece i is token id i in both engines."""
-    return [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    return [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
 
 
 # The model specification -------------------------------------------------------------------------------------------
@@ -204,8 +209,9 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
     spec.config.layer_norm_epsilon = config.layer_norm_eps
-    spec.config.unk_token, spec.config.bos_token = pieces[UNK_ID], pieces[BOS_ID]
-    spec.config.eos_token, spec.config.decoder_start_token = pieces[EOS_ID], pieces[BOS_ID]
+    special = tokenizer.special  # a Marian vocabulary's decoder starts from its pad row
+    spec.config.unk_token, spec.config.bos_token = pieces[special.unk], pieces[special.bos]
+    spec.config.eos_token, spec.config.decoder_start_token = pieces[special.eos], pieces[special.bos]
     spec.config.add_source_eos = True  # our encoder input is the pieces + EOS
     return spec
 
@@ -232,7 +238,7 @@ def export_ctranslate2(run: str | Path, out: str | Path, *, quantization: str | 
     check_replaceable(out, KIND)  # refuse early, before the work
     run_dir, weights = find_weights(run)
     config = read_config(run_dir / "config.json", Config)
-    tokenizer = Tokenizer(run_dir / "tokenizer.model")
+    tokenizer = load_tokenizer(run_dir / "tokenizer.model")
     check_exportable(config.model, tokenizer)  # before loading weights: refuse early
     model = Transformer(config.model)
     load_weights(model, weights)
@@ -346,7 +352,7 @@ class CTranslate2Translator:
             if decode.length_penalty == "gnmt":
                 decode = dataclasses.replace(decode, length_penalty="length")
         self.decode = decode
-        self.tokenizer = tokenizer or Tokenizer(folder / "tokenizer.model")
+        self.tokenizer = tokenizer or load_tokenizer(folder / "tokenizer.model")
         self.pieces = json.loads((folder / "shared_vocabulary.json").read_text(encoding="utf-8"))
         if self.pieces != _pieces(self.tokenizer):
             raise ExportError(f"{folder}: the vocabulary does not match the SentencePiece model")
@@ -364,7 +370,7 @@ class CTranslate2Translator:
         with tempfile.TemporaryDirectory(prefix="transduce-ct2-") as tmp:
             folder = export_ctranslate2(path, Path(tmp) / "model", quantization=quantization)
             run_dir, _ = find_weights(path)
-            return cls(folder, tokenizer=Tokenizer(run_dir / "tokenizer.model"), **kwargs)
+            return cls(folder, tokenizer=load_tokenizer(run_dir / "tokenizer.model"), **kwargs)
 
     def encode_sources(self, sentences: list[str]) -> list[list[int]]:
         """Token ids (without EOS: the engine adds it), cut as `Translator.encode_sources` cuts them."""
@@ -463,7 +469,7 @@ class CTranslate2Translator:
             suppress_sequences=self._suppressed(),
             **search.engine,
         )
-        eos = self.pieces[EOS_ID]
+        eos = self.pieces[self.tokenizer.special.eos]
         out = []
         for result in results:
             hyps = []
@@ -484,7 +490,7 @@ class CTranslate2Translator:
         budget = self.decode.batch_tokens if batch_tokens is None else batch_tokens
         results = self.engine.score_batch(
             [[self.pieces[i] for i in ids] for ids in self.encode_sources(sources)],
-            [[self.pieces[i] for i in ids[: self.max_len - 2]] for ids in self.tokenizer.encode(targets)],
+            [[self.pieces[i] for i in ids[: self.max_len - 2]] for ids in self.tokenizer.encode_target(targets)],
             max_batch_size=budget,
             batch_type="tokens",
             max_input_length=0,
@@ -497,7 +503,8 @@ class CTranslate2Translator:
 
     def _suppressed(self) -> list[list[str]]:
         """PAD and BOS, which our search never produces either."""
-        return [[self.pieces[PAD_ID]], [self.pieces[BOS_ID]]]
+        special = self.tokenizer.special
+        return [[self.pieces[special.pad]], [self.pieces[special.bos]]]
 
 
 def _compute_type(ct2: ModuleType, quantization: str | None, device: str) -> str:
