@@ -15,6 +15,7 @@ LAYERS = (
     ("config",),
     ("device",),
     ("model", "data"),
+    ("hf",),
     ("training", "decoding"),
     ("tasks", "export"),
     ("serving", "plot", "demo", "options_reference"),
