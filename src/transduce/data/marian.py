@@ -17,7 +17,6 @@ import base64
 import hashlib
 import json
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,7 +26,6 @@ from ..outputs import atomic_write, atomic_write_text
 from .tokenizer import SpecialIds, Tokenizer, TokenizerError
 
 KIND = "marian"  # tokenizer.json's "kind" for this vocabulary
-LANGUAGE_TOKEN = re.compile(r">>[^\s<>]+<<")  # a target-language token, e.g. ">>de<<", at the start of a line
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
@@ -87,7 +85,7 @@ class MarianVocab(Tokenizer):
             "pieces": list(pieces),
             "target_model": base64.b64encode(target).decode("ascii"),
         }
-        atomic_write(path, lambda tmp: tmp.write_bytes(source))
+        atomic_write(path, lambda tmp: Path(tmp).write_bytes(source))
         atomic_write_text(path.with_suffix(".json"), json.dumps(meta, ensure_ascii=False) + "\n")
         return cls(path)
 
@@ -105,12 +103,13 @@ class MarianVocab(Tokenizer):
 
     @staticmethod
     def _split_codes(texts: Sequence[str]) -> tuple[list[list[str]], list[str]]:
-        """Each text's leading `>>xx<<` token (kept whole) and the rest of it."""
+        """Each text's leading `>>xx<<` token (kept whole: a text that starts with ">>" up to the first "<<", as
+        transformers' MarianTokenizer reads it) and the rest of it."""
         codes, rest = [], []
         for text in texts:
-            found = LANGUAGE_TOKEN.match(text.lstrip())
-            codes.append([found.group(0)] if found else [])
-            rest.append(text.lstrip()[found.end() :] if found else text)
+            end = text.find("<<") if text.startswith(">>") else -1
+            codes.append([text[: end + 2]] if end != -1 else [])
+            rest.append(text[end + 2 :] if end != -1 else text)
         return codes, rest
 
     def encode(self, texts: Sequence[str], *, num_threads: int | None = None) -> list[list[int]]:
@@ -130,9 +129,11 @@ class MarianVocab(Tokenizer):
         return self._ids(pieces, codes)
 
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
-        """Target ids -> text with target.spm; the special tokens (pad, EOS, unknown) are left out."""
+        """Target ids -> text with target.spm; the special tokens (pad, EOS, unknown) are left out. A piece that
+        target.spm lacks (a source-side piece) keeps its text, its word-start mark "▁" read as a space."""
         skip = {self.special.pad, self.special.eos, self.special.unk}
-        return [self.target.decode([self.vocab[int(i)] for i in row if int(i) not in skip]) for row in ids]
+        rows = [[self.vocab[int(i)] for i in row if int(i) not in skip] for row in ids]
+        return [self.target.decode_pieces(row).replace("\u2581", " ").strip() for row in rows]
 
     def pieces(self, text: str) -> list[str]:
         codes, rest = self._split_codes([text])
