@@ -9,9 +9,9 @@ of `torch.nn.functional.scaled_dot_product_attention` (True = may attend) in exa
 
 Departures from the paper, all named: LayerNorm eps is 1e-5 and divides by sqrt(variance + eps) (the paper does not
 say); `norm_first=True` gives the pre-LN variant with a final LayerNorm per stack; `attention_dropout` and
-`activation_dropout` (default 0), learned positions, the FFN's activation, the embedding scale and a bias on the
-pre-softmax projection (Marian's) are options; padded query rows of a restricted (windowed)
-self-attention attend to themselves so that no softmax row is empty (their outputs are never read).
+`activation_dropout` (default 0), learned positions, the FFN's activation, the embedding scale and an output bias
+(Marian's) are options; padded query rows of a restricted (windowed) self-attention attend to themselves so that no
+softmax row is empty (their outputs are never read).
 """
 
 from __future__ import annotations
@@ -153,20 +153,17 @@ class MultiHeadAttention(nn.Module):
 
 
 # §3.3 Position-wise feed-forward network ---------------------------------------------------------------------------
-ACTIVATION: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
-
-
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (Eq. 2); `activation` "swish" (x sigmoid(x)) or "gelu" (exact) replaces
-    max(0, .) (not in the paper; Marian models use swish). `activation_dropout` (fairseq's): dropout on the
-    activation's output, off by default."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (Eq. 2), or with `activation` swish (x sigmoid(x), Marian's) or gelu.
+    `activation_dropout` (not in the paper; fairseq's): dropout on the activation's output, off by default."""
 
     def __init__(self, *, d_model: int, d_ff: int, activation_dropout: float = 0.0, activation: str = "relu") -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(activation_dropout) if activation_dropout > 0 else None
-        self.activation = ACTIVATION[activation]
+        functions: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
+        self.activation = functions[activation]
 
     @classmethod
     def of(cls, c: ModelConfig) -> FeedForward:
@@ -435,8 +432,7 @@ class Transformer(nn.Module):
         )
         self.encoder = Encoder(config, src_tokens)
         self.decoder = Decoder(config, tgt_tokens)
-        # the pre-softmax projection: an nn.Linear here, which cpu_speed.apply may replace by a WorkspaceLinear
-        # (with model.output_bias, a bias: Marian's final_logits_bias; §3.4 has none)
+        # the pre-softmax projection (a bias only with model.output_bias): cpu_speed.apply may make it a WorkspaceLinear
         self.output: nn.Module = nn.Linear(config.d_model, config.vocab_size, bias=config.output_bias)
         self.add_modules()
         init_parameters(self, config.d_model)
