@@ -181,6 +181,10 @@ def test_marian_to_transduce_to_marian_is_bit_identical(marian):
     load_weights(model, marian["run"] / "best.safetensors")
     back = to_marian(model.state_dict(), config)
     assert saved and all(torch.equal(back[name], tensor) for name, tensor in saved.items())
+    files = Translator.from_run(marian["run"], device="cpu").tokenizer.marian_files()
+    for name in ("source.spm", "target.spm"):
+        assert files[name] == (marian["folder"] / name).read_bytes()
+    assert json.loads(files["vocab.json"]) == json.loads((marian["folder"] / "vocab.json").read_text())
 
 
 def test_the_import_is_exported_to_ctranslate2_and_translates_alike(marian, tmp_path):

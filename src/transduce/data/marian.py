@@ -93,6 +93,15 @@ class MarianVocab(Tokenizer):
     def vocab_size(self) -> int:
         return len(self.vocab)
 
+    def marian_files(self) -> dict[str, bytes]:
+        """The vocabulary as a Marian folder holds it: vocab.json, source.spm, target.spm (what an export writes)."""
+        ids = {piece: i for i, piece in enumerate(self.vocab)}
+        return {
+            "vocab.json": (json.dumps(ids, ensure_ascii=False, indent=2) + "\n").encode("utf-8"),
+            "source.spm": self.path.read_bytes(),
+            "target.spm": base64.b64decode(self.meta["target_model"]),
+        }
+
     def signature(self) -> tuple:
         models = tuple(hashlib.sha256(p.serialized_model_proto()).hexdigest() for p in (self.sp, self.target))
         return KIND, tuple(self.vocab), tuple(sorted(vars(self.special).items())), models

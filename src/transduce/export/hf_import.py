@@ -126,6 +126,9 @@ def read_weights(folder: Path) -> tuple[dict[str, torch.Tensor], list[Path]]:
     """The state in model.safetensors, or in the shards its index names; refused: only a pickled checkpoint."""
     if (folder / INDEX).is_file():
         shards = sorted({str(v) for v in _json(folder / INDEX).get("weight_map", {}).values()})
+        outside = [name for name in shards if Path(name).name != name]
+        if outside or not shards:
+            raise HFImportError(f"{folder / INDEX}: names no shard, or one outside the folder ({outside[:1]})")
         files = [folder / name for name in shards]
     elif (folder / WEIGHTS).is_file():
         files = [folder / WEIGHTS]
