@@ -1,4 +1,4 @@
-"""Deployment: export to CTranslate2, serve over HTTP (argument tables and the calls they make)."""
+"""Deployment: export to CTranslate2 or Hugging Face, serve over HTTP (argument tables and the calls they make)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,15 @@ def cmd_export(args) -> int:
 
     out = export_ctranslate2(args.run, args.out, quantization=args.quantization)
     print(f"exported {args.run} to {out} (CTranslate2, {args.quantization or 'float32'})")
+    return 0
+
+
+def cmd_export_huggingface(args) -> int:
+    from ..export.huggingface import export_huggingface, read_manifest
+
+    out = export_huggingface(args.run, args.out)
+    kind = (read_manifest(out) or {}).get("class", "MarianMTModel")
+    print(f"exported {args.run} to {out} (Hugging Face Transformers: {kind} and MarianTokenizer, float32)")
     return 0
 
 
@@ -49,6 +58,20 @@ def register(sub) -> None:
         help="default: float32",
     )
     e.set_defaults(func=cmd_export)
+    h = esub.add_parser(
+        "huggingface",
+        help="a Hugging Face Transformers folder: MarianMTModel (pre-LN: Pegasus) + MarianTokenizer "
+        "(pip install 'transduce[hf]')",
+        description="Write a folder that transformers loads with no code of transduce: "
+        "MarianMTModel.from_pretrained(DIR) (a pre-LN run: PegasusForConditionalGeneration) and "
+        "AutoTokenizer.from_pretrained(DIR) (MarianTokenizer), with the same token ids and logits, a "
+        "generation_config.json of the run's decoding settings and a model card (README.md). Refused, naming the "
+        "setting: restricted attention, learned positions, a LayerNorm eps other than 1e-5, lowercasing, untied "
+        "pre-LN embeddings, a run that is not a translation run.",
+    )
+    h.add_argument("run", help="run directory, or a .safetensors weights file inside one")
+    h.add_argument("--out", required=True, help="a new folder (or an earlier Hugging Face export, replaced)")
+    h.set_defaults(func=cmd_export_huggingface)
 
     p = sub.add_parser("serve", help="an HTTP API and a web page for a trained model (pip install 'transduce[serve]')")
     p.add_argument("run", help="run directory (translation or classification), or a CTranslate2 export folder")

@@ -1,4 +1,5 @@
-"""Deployment: export a trained model to another inference engine (CTranslate2) and translate with it."""
+"""Deployment: export a trained model to another inference engine (CTranslate2) and translate with it, or to a
+Hugging Face Transformers folder (huggingface.py; transformers is imported only when an export runs)."""
 
 from .ctranslate2 import (
     CTranslate2Translator,
@@ -6,5 +7,6 @@ from .ctranslate2 import (
     export_ctranslate2,
     is_export,
 )
+from .huggingface import export_huggingface
 
-__all__ = ["CTranslate2Translator", "ExportError", "export_ctranslate2", "is_export"]
+__all__ = ["CTranslate2Translator", "ExportError", "export_ctranslate2", "export_huggingface", "is_export"]
