@@ -297,3 +297,34 @@ def test_weights_that_do_not_fit_the_config_and_a_trained_run_as_destination_are
     again = import_huggingface(marian["folder"], marian["root"] / "run")  # an earlier import is replaced
     model = Translator.from_run(again, device="cpu").model
     load_weights(model, again / "best.safetensors")
+
+
+def test_marian_to_transduce_to_marian_through_export_huggingface(marian, tmp_path):
+    """The import exported again (`export huggingface`): the weights saved by transformers are the original's bit
+    for bit, the vocabulary files byte for byte, and the settings that decide the network the same."""
+    from transduce.export.huggingface import export_huggingface
+
+    out = export_huggingface(marian["run"], tmp_path / "back")
+    original, back = (load_file(str(folder / "model.safetensors")) for folder in (marian["folder"], out))
+    assert sorted(back) == sorted(original)
+    assert all(torch.equal(back[name], tensor) for name, tensor in original.items())
+    for name in ("source.spm", "target.spm"):
+        assert (out / name).read_bytes() == (marian["folder"] / name).read_bytes()
+    assert json.loads((out / "vocab.json").read_text()) == json.loads((marian["folder"] / "vocab.json").read_text())
+    settings = [json.loads((folder / "config.json").read_text()) for folder in (marian["folder"], out)]
+    keys = (
+        "activation_function",
+        "scale_embedding",
+        "pad_token_id",
+        "eos_token_id",
+        "decoder_start_token_id",
+        "d_model",
+    )
+    assert [settings[0][k] for k in keys] == [settings[1][k] for k in keys]
+    reloaded = transformers.MarianMTModel.from_pretrained(out).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    batch = tokenizer(marian["sentences"], padding=True, return_tensors="pt")
+    assert batch.input_ids.tolist() == marian["tokenizer"](marian["sentences"], padding=True).input_ids
+    greedy = dict(num_beams=1, do_sample=False, max_new_tokens=8, suppress_tokens=[settings[0]["pad_token_id"]])
+    with torch.no_grad():  # the export's own generation defaults are the run's [decode]; compare one search
+        assert torch.equal(reloaded.generate(**batch, **greedy), marian["theirs"].generate(**batch, **greedy))

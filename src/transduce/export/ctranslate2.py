@@ -104,12 +104,7 @@ def check_exportable(config: ModelConfig, tokenizer: Tokenizer) -> None:
             f"{config.encoder_layers} encoder and {config.decoder_layers} decoder layers: "
             "CTranslate2 needs at least one layer in each stack"
         )
-    special = tokenizer.special
-    if (config.pad_id, config.bos_id, config.eos_id) != (special.pad, special.bos, special.eos):
-        problems.append(
-            f"model.pad_id, bos_id, eos_id = {(config.pad_id, config.bos_id, config.eos_id)}: the vocabulary's are "
-            f"{(special.pad, special.bos, special.eos)}"
-        )
+    problems += special_id_problems(config, tokenizer)
     if tokenizer.vocab_size != config.vocab_size:
         problems.append(f"the tokenizer has {tokenizer.vocab_size} pieces, the model {config.vocab_size}")
     pieces = _pieces(tokenizer)
@@ -117,6 +112,18 @@ def check_exportable(config: ModelConfig, tokenizer: Tokenizer) -> None:
         problems.append("the SentencePiece model has duplicate pieces: CTranslate2 maps tokens to ids by their text")
     if problems:
         raise ExportError("cannot export to CTranslate2: " + "; ".join(problems))
+
+
+def special_id_problems(config: ModelConfig, tokenizer: Tokenizer) -> list[str]:
+    """The model's special ids that are not its vocabulary's, each named (a run keeps them equal; a hand-edited
+    config may not)."""
+    special = tokenizer.special
+    ids = (("pad_id", special.pad, "PAD"), ("bos_id", special.bos, "BOS"), ("eos_id", special.eos, "EOS"))
+    return [
+        f"model.{name} = {getattr(config, name)}: the vocabulary puts {what} at {i}"
+        for name, i, what in ids
+        if getattr(config, name) != i
+    ]
 
 
 def _pieces(tokenizer: Tokenizer) -> list[str]:
