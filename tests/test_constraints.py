@@ -7,6 +7,7 @@ import pytest
 import torch
 from test_search import FakeCache  # the same stand-in cache as the search tests
 
+from transduce.config import ModelConfig
 from transduce.data.tokenizer import EOS_ID, PAD_ID
 from transduce.data.trees import (
     SPECIALS,
@@ -40,7 +41,7 @@ class RandomDecoder:
 
     def __init__(self, seed: int, max_len: int = 512):
         self.seed = seed
-        self.config = type("Config", (), {"max_len": max_len})()
+        self.config = ModelConfig(vocab_size=len(VOCAB), max_len=max_len)
 
     def pad_mask(self, src):
         return src.eq(PAD_ID)

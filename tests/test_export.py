@@ -50,7 +50,10 @@ def make_run(root: Path, tokenizer: Path, *, seed: int = 0, **model) -> Path:
     root.mkdir(parents=True)
     save_config(config, root / "config.json")
     Tokenizer(tokenizer).copy_to(root / "tokenizer.model")
-    save_weights(Transformer(config.model), root / "best.safetensors")
+    network = Transformer(config.model)
+    if config.model.output_bias:  # a bias that changes the outputs (training would learn one; zero at the start)
+        torch.nn.init.normal_(network.output.bias, std=0.5)
+    save_weights(network, root / "best.safetensors")
     return root
 
 
@@ -258,8 +261,16 @@ def test_float16_export_halves_the_file_and_translates_alike(converged_run, tmp_
         {"norm_first": True, "positional": "learned", "tie_embeddings": False},
         {"norm_first": False, "positional": "learned", "n_encoder_layers": 2, "n_decoder_layers": 1},
         {"norm_first": True, "positional": "sinusoidal", "n_layers": 2, "layer_norm_eps": 1e-6},
+        {"activation": "swish", "scale_embeddings": False, "output_bias": True},
+        {"activation": "gelu", "tie_embeddings": False, "output_bias": True},
     ],
-    ids=["preLN-learned-untied", "postLN-learned-2enc-1dec", "preLN-sinusoidal-2layers"],
+    ids=[
+        "preLN-learned-untied",
+        "postLN-learned-2enc-1dec",
+        "preLN-sinusoidal-2layers",
+        "swish-unscaled-bias",
+        "gelu-untied-bias",
+    ],
 )
 def test_variants_compute_and_translate_as_ours(exports, tmp_path, model):
     """Random models decode to the maximum length (|x| + 50 or max_len - 1): many steps to agree on."""

@@ -47,6 +47,7 @@ def test_presets_have_table3_shapes():
         (dict(dropout=1.5), r"model.dropout must be in \[0, 1\), got 1.5"),
         (dict(activation_dropout=1.0), r"model.activation_dropout must be in \[0, 1\), got 1.0"),
         (dict(positional="rotary"), r"model.positional must be 'sinusoidal' or 'learned', got 'rotary'"),
+        (dict(activation="tanh"), r"model.activation must be one of relu, swish, gelu, got 'tanh'"),
     ],
 )
 def test_impossible_shapes_are_refused(bad, message):
@@ -260,3 +261,45 @@ def test_activation_dropout_acts_on_the_ffn_hidden_units_only_in_training():
     assert FeedForward(d_model=8, d_ff=64).dropout is None
     plain, with_dropout = Transformer(tiny()), Transformer(tiny(activation_dropout=0.2))
     assert plain.num_parameters() == with_dropout.num_parameters()
+
+
+@pytest.mark.parametrize("name, function", [("swish", torch.nn.functional.silu), ("gelu", torch.nn.functional.gelu)])
+def test_activation_setting_replaces_the_relu_of_eq2(name, function):
+    """model.activation picks the FFN's non-linearity (Marian models use swish); the default is Eq. 2's ReLU."""
+    from transduce.model.transformer import FeedForward
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    ff = FeedForward(d_model=8, d_ff=16, activation=name)
+    assert torch.allclose(ff(x), ff.linear2(function(ff.linear1(x))))
+    relu = FeedForward.of(tiny())
+    assert relu.activation is torch.nn.functional.relu
+    assert Transformer(tiny(activation=name)).encoder.layers[0].ff.activation is function
+
+
+def test_scale_embeddings_false_adds_the_raw_embedding_to_the_positions():
+    """model.scale_embeddings (default true: x sqrt(d_model), §3.4); false: the embedding as it is (Marian's
+    scale_embedding = false)."""
+    torch.manual_seed(0)
+    tokens = torch.tensor([[5, 6, 7]])
+    for scaled in (True, False):
+        model = Transformer(tiny(scale_embeddings=scaled)).eval()
+        embed = model.encoder.embed
+        expected = embed.tokens(tokens) * (math.sqrt(32) if scaled else 1.0) + embed.pe[:3]
+        assert torch.allclose(embed(tokens), expected)
+
+
+def test_output_bias_is_added_to_the_logits_and_off_by_default():
+    """model.output_bias: a learned bias on the pre-softmax projection (Marian's final_logits_bias); without it
+    the parameters and the state dict are those of the paper's model."""
+    assert Transformer(tiny()).output.bias is None
+    assert "output.bias" not in Transformer(tiny()).state_dict()
+    torch.manual_seed(0)
+    model = Transformer(tiny(output_bias=True)).eval()
+    assert model.num_parameters() == Transformer(tiny()).num_parameters() + V
+    src, tgt = batch()
+    before = model(src, tgt)
+    with torch.no_grad():
+        model.output.bias.copy_(torch.arange(V, dtype=torch.float32))
+    assert torch.allclose(model(src, tgt) - before, torch.arange(V, dtype=torch.float32).expand_as(before), atol=1e-5)
+    assert model.output.weight is model.decoder.embed.tokens.weight  # still tied

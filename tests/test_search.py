@@ -326,3 +326,37 @@ def test_a_patience_that_cannot_fill_the_nbest_list_is_refused(patience, nbest, 
 
     with pytest.raises(ConfigError, match=error):
         DecodeConfig(beam=4, nbest=nbest, patience=patience)
+
+
+class MarianIdsModel(FakeModel):
+    """FakeModel's probabilities in a Marian vocabulary's ids: EOS 0, A 2, B 3, PAD 5, decoding started from PAD."""
+
+    config = ModelConfig(vocab_size=V, max_len=64, pad_id=5, bos_id=5, eos_id=0)
+    table = {(): {2: 0.6, 3: 0.4}, (2,): {2: 0.55, 0: 0.45}, (3,): {0: 0.9, 2: 0.1}, (2, 2): {0: 1.0}}
+    first_inputs: list[int] = []
+
+    def pad_mask(self, src):
+        return src.eq(5)
+
+    def decode_step(self, tokens, cache):
+        if cache.history.size(1) == 0:
+            self.first_inputs.extend(tokens.tolist())
+        cache.history = torch.cat([cache.history, tokens.view(-1, 1)], dim=1)
+        logits = torch.full((tokens.size(0), V), -1e9)
+        for row, hist in enumerate(cache.history.tolist()):
+            for token, p in self.table.get(tuple(hist[1:]), {0: 1.0}).items():
+                logits[row, token] = math.log(p)
+        return logits
+
+
+def test_search_takes_bos_eos_and_pad_from_the_model():
+    """A Marian model (model.bos_id = pad_id = 5, eos_id = 0) decodes as ours does with our ids: the same choices,
+    started from its pad row, ended by its EOS; the maximum length counts its non-pad source tokens."""
+    model, src = MarianIdsModel(), torch.tensor([[2, 2, 0, 5]])
+    (greedy,) = greedy_search(model, src, max_len_b=5)
+    assert greedy[0].tokens == [2, 2] and greedy[0].log_prob == pytest.approx(math.log(0.33))
+    (beam,) = beam_search(model, src, beam=2, length_penalty_kind="none", max_len_b=5, nbest=2)
+    assert [h.tokens for h in beam] == [[3], [2, 2]]
+    assert set(model.first_inputs) == {5}
+    (cut,) = greedy_search(model, src, max_len_a=1.0, max_len_b=0)  # |x| = 2 without EOS and PAD: A then EOS
+    assert cut[0].tokens == [2]

@@ -12,11 +12,22 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from ..data.tokenizer import TokenizerError
     from ..data.trees import TreeError
     from ..export.ctranslate2 import ExportError  # does not import ctranslate2 itself
+    from ..export.hf_import import HFImportError
     from ..outputs import OutputError
     from ..training.checkpoint import CheckpointError
     from ..training.loop import TrainingError
 
-    return (ConfigError, DataError, CheckpointError, TokenizerError, TrainingError, OutputError, ExportError, TreeError)
+    return (
+        ConfigError,
+        DataError,
+        CheckpointError,
+        TokenizerError,
+        TrainingError,
+        OutputError,
+        ExportError,
+        TreeError,
+        HFImportError,
+    )
 
 
 def _environment_error(err: OSError) -> str:
@@ -35,12 +46,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """One sub-command table per module: training, decoding, pictures, deploy, parsing."""
-    from . import decoding, deploy, parsing, pictures, training
+    """One sub-command table per module: training, decoding, pictures, deploy, importing, parsing."""
+    from . import decoding, deploy, importing, parsing, pictures, training
 
     parser = _Parser(prog="transduce", description=__doc__.split(":")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (training, decoding, pictures, deploy, parsing):
+    for module in (training, decoding, pictures, deploy, importing, parsing):
         module.register(sub)
     return parser
 

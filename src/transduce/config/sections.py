@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+ACTIVATIONS = ("relu", "swish", "gelu")  # model.activation's values
+
 
 class ConfigError(ValueError):
     """A configuration the user wrote cannot be used; the message says which key and why."""
@@ -42,7 +44,13 @@ class ModelConfig:
     attention_window: int | None = None  # r of Table 1's restricted self-attention; None = full
     tie_embeddings: bool = True  # one matrix: encoder input, decoder input, pre-softmax projection (§3.4)
     pad_id: int = 0  # the padding token's id: a zero embedding row (padding_idx); padded positions are masked
+    bos_id: int = 2  # the decoder's first input (BOS; a Marian model starts from its pad row); set from the tokenizer
+    eos_id: int = 3  # end of sentence: ends every source and every output; set from the tokenizer
     layer_norm_eps: float = 1e-5  # LayerNorm's eps, in sqrt(variance + eps) (torch's default; the paper does not say)
+    activation: str = "relu"  # the FFN's non-linearity: "relu" (Eq. 2's max(0, x)), "swish" (x sigmoid(x), Marian's)
+    # or "gelu" (exact, with erf)
+    scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (§3.4); false: by 1 (a Marian option)
+    output_bias: bool = False  # a bias on the pre-softmax projection (Marian's final_logits_bias); §3.4 has none
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "d_ff", "n_heads", "max_len"):
@@ -59,12 +67,17 @@ class ModelConfig:
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"model.activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
         if self.positional not in ("sinusoidal", "learned"):
             raise ConfigError(f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         if self.attention_window is not None and self.attention_window < 0:
             raise ConfigError(f"model.attention_window must be >= 0, got {self.attention_window}")
-        if self.vocab_size and not 0 <= self.pad_id < self.vocab_size:
-            raise ConfigError(f"model.pad_id ({self.pad_id}) must be a token id below vocab_size")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if not 0 <= getattr(self, name) < (self.vocab_size or getattr(self, name) + 1):
+                raise ConfigError(f"model.{name} ({getattr(self, name)}) must be a token id below vocab_size")
+        if self.eos_id in (self.pad_id, self.bos_id):
+            raise ConfigError(f"model.eos_id ({self.eos_id}) must differ from model.pad_id and model.bos_id")
 
     @property
     def encoder_layers(self) -> int:

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+from .tokenizer import SpecialIds
+
+OURS = SpecialIds()  # the special ids of our own vocabularies (data/tokenizer.py)
 
 if TYPE_CHECKING:
     import torch
@@ -128,26 +130,35 @@ def padded_width(longest: int, multiple: int, limit: int | None) -> int:
     return max(longest, min(width, limit)) if limit is not None else width
 
 
-def collate(corpus: ParallelCorpus, indices: np.ndarray, *, pad_multiple: int = 1, limit: int | None = None) -> Batch:
-    """Padded tensors for the pairs `indices`; lengths padded up to a multiple of `pad_multiple` (<= `limit`)."""
+def collate(
+    corpus: ParallelCorpus,
+    indices: np.ndarray,
+    *,
+    pad_multiple: int = 1,
+    limit: int | None = None,
+    special: SpecialIds = OURS,
+) -> Batch:
+    """Padded tensors for the pairs `indices`; lengths padded up to a multiple of `pad_multiple` (<= `limit`);
+    EOS ends each side, the decoder input starts with BOS, PAD pads (`special`: the vocabulary's ids)."""
+    pad, bos, eos = special.pad, special.bos, special.eos
     import torch  # here, not at the top: `transduce prepare` and its worker processes never load torch
 
     n = len(indices)
     src_len = corpus.src_lengths[indices]
     tgt_len = corpus.tgt_lengths[indices]
-    src = np.full((n, padded_width(int(src_len.max()), pad_multiple, limit)), PAD_ID, dtype=np.int64)
-    tgt_in = np.full((n, padded_width(int(tgt_len.max()), pad_multiple, limit)), PAD_ID, dtype=np.int64)
+    src = np.full((n, padded_width(int(src_len.max()), pad_multiple, limit)), pad, dtype=np.int64)
+    tgt_in = np.full((n, padded_width(int(tgt_len.max()), pad_multiple, limit)), pad, dtype=np.int64)
     tgt_out = tgt_in.copy()
     for row, i in enumerate(indices):  # a loop over sentences (about 100 per batch), never over tokens
         s, t = corpus.src[i], corpus.tgt[i]
         src[row, : len(s)] = s
-        src[row, len(s)] = EOS_ID
-        tgt_in[row, 0] = BOS_ID
+        src[row, len(s)] = eos
+        tgt_in[row, 0] = bos
         tgt_in[row, 1 : len(t) + 1] = t
         tgt_out[row, : len(t)] = t
-        tgt_out[row, len(t)] = EOS_ID
+        tgt_out[row, len(t)] = eos
     n_tokens = int(tgt_len.sum())
-    positions = np.flatnonzero(tgt_out != PAD_ID)
+    positions = np.flatnonzero(tgt_out != pad)
     return Batch(
         torch.from_numpy(src),
         torch.from_numpy(tgt_in),

@@ -30,6 +30,7 @@ from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remov
 from .cache import reuse_or_build
 from .corpus import ParallelCorpus, TokenArrays
 from .formats import count_rows, pair_blocks, pair_format
+from .marian import load_tokenizer
 from .stream import (
     CHUNK_LINES,
     Blocks,
@@ -43,7 +44,7 @@ from .stream import (
     split_lines,
 )
 from .text import DataError, file_digest, find_side, read_lines, resolve_path
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError
+from .tokenizer import Tokenizer, TokenizerError
 from .training_text import corpus_bounds, corpus_weights, training_corpora
 
 # prepare ----------------------------------------------------------------------------------------------------------
@@ -229,7 +230,7 @@ def with_tokenizer(config: DataConfig) -> tuple[DataConfig, str]:
         return config, ""
     path = tokenizer_file(config.tokenizer)
     try:
-        tokenizer = Tokenizer(path)
+        tokenizer = load_tokenizer(path)
     except TokenizerError as err:
         raise DataError(f"data.tokenizer: {err}") from None
     meta = tokenizer.meta
@@ -350,7 +351,7 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
                 shutil.copyfile(src, dst)
     elif not tokenizer_path.is_file():
         _learn_vocabulary(config, files, tokenizer_path, log)
-    tokenizer = Tokenizer(tokenizer_path)
+    tokenizer = load_tokenizer(tokenizer_path)
     tag_ids = {tag: _tag_id(tokenizer, tag, config) for tag in config.tags}
     id_dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "int32"
     chunk_stats = _encode_chunks(config, files, work, str(tokenizer_path), id_dtype, tag_ids, log)
@@ -362,7 +363,7 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
         "src": config.src,
         "tgt": config.tgt,
         "vocab_size": tokenizer.vocab_size,
-        "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+        "special_ids": vars(tokenizer.special),
         "options": {k: v for k, v in asdict(config).items() if k not in NOT_IN_KEY},
         "splits": {},
     }
@@ -658,7 +659,7 @@ def load_prepared(root: str | Path) -> Prepared:
     root = Path(root)
     try:
         summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
-        tokenizer = Tokenizer(root / "tokenizer.model")
+        tokenizer = load_tokenizer(root / "tokenizer.model")
         splits = {
             name: ParallelCorpus(TokenArrays.load(root / f"{name}.src"), TokenArrays.load(root / f"{name}.tgt"))
             for name in summary["splits"]

@@ -24,8 +24,9 @@ from typing import IO, Any
 import numpy as np
 
 from ..outputs import atomic_folder
+from .marian import load_tokenizer
 from .text import DataError, decode_lines
-from .tokenizer import UNK_ID, Tokenizer
+from .tokenizer import Tokenizer
 
 CHUNK = "data chunk"  # the manifest kind of one finished chunk in a prepare's work folder
 CHUNK_LINES = 50_000  # pairs per chunk: part of the cache format (a resumed prepare relies on the same boundaries)
@@ -165,7 +166,7 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
     and stats.json (returned)."""
     final = chunk_folder(job.folder, job.split, job.index)
     if job.tokenizer not in _TOKENIZERS:
-        _TOKENIZERS[job.tokenizer] = Tokenizer(job.tokenizer)
+        _TOKENIZERS[job.tokenizer] = load_tokenizer(job.tokenizer)
     tokenizer = _TOKENIZERS[job.tokenizer]
     src_lines = split_lines(job.src, job.src_name, job.first_line, job.errors)
     tgt_lines = split_lines(job.tgt, job.tgt_name, job.first_line, job.errors)
@@ -180,7 +181,7 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
     src_ids = tokenizer.encode([src_lines[i] for i in kept], num_threads=1)
     if job.prefix:
         src_ids = [[*job.prefix, *ids] for ids in src_ids]
-    tgt_ids = tokenizer.encode([tgt_lines[i] for i in kept], num_threads=1)
+    tgt_ids = tokenizer.encode_target([tgt_lines[i] for i in kept], num_threads=1)
     src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(kept))
     tgt_len = np.fromiter(map(len, tgt_ids), dtype=np.int64, count=len(kept))
     ok = _length_filters(job, src_len, tgt_len, dropped)
@@ -197,7 +198,7 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
         for side, ids, lengths, lines, raw in sides:
             flat = flat_ids(ids, lengths, job.id_dtype)[np.repeat(ok, lengths)]
             stats[f"{side}_tokens"] = int(flat.size)
-            stats[f"{side}_unk"] = int((flat == UNK_ID).sum())
+            stats[f"{side}_unk"] = int((flat == tokenizer.special.unk).sum())
             np.save(folder / f"{side}.ids.npy", flat, allow_pickle=False)
             np.save(folder / f"{side}.lengths.npy", lengths[ok].astype(np.int32), allow_pickle=False)
             if job.kind == "train" and job.row_starts is not None:

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,26 @@ import sentencepiece as spm
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
+@dataclass(frozen=True)
+class SpecialIds:
+    """A vocabulary's special ids: padding, unknown, the decoder's first input (BOS; a Marian vocabulary starts
+    from its pad row) and end of sentence. Ours are the constants above; data/marian.py's are its vocab.json's."""
+
+    pad: int = PAD_ID
+    unk: int = UNK_ID
+    bos: int = BOS_ID
+    eos: int = EOS_ID
+
+
 class TokenizerError(ValueError):
     pass
 
 
 class Tokenizer:
-    """A SentencePiece model plus the text normalisation applied before it (lowercasing, when asked for)."""
+    """A SentencePiece model plus the text normalisation applied before it (lowercasing, when asked for). Both
+    sides share it: `encode_target` is `encode` (data/marian.py's vocabulary has one model per side)."""
+
+    special = SpecialIds()
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
@@ -86,10 +101,17 @@ class Tokenizer:
         threads = num_threads or os.cpu_count() or 1
         return self.sp.encode([self.normalize(t) for t in texts], out_type=int, num_threads=threads)
 
-    def encode_sampled(self, texts: Sequence[str], *, alpha: float, seed: int) -> list[list[int]]:
+    def encode_target(self, texts: Sequence[str], *, num_threads: int | None = None) -> list[list[int]]:
+        return self.encode(texts, num_threads=num_threads)
+
+    def id_to_piece(self, i: int) -> str:
+        return self.sp.id_to_piece(i)
+
+    def encode_sampled(self, texts: Sequence[str], *, alpha: float, seed: int, target: bool = False) -> list[list[int]]:
         """Texts -> one segmentation drawn at random (subword regularisation): BPE-dropout with rate `alpha` for a
         BPE model, sampling from all segmentations with smoothing `alpha` for a unigram one. The same seed gives
-        the same segmentations (one thread: SentencePiece's generator is seeded once per call)."""
+        the same segmentations (one thread: SentencePiece's generator is seeded once per call). `target`: the side
+        (one model serves both here)."""
         spm.set_random_generator_seed(seed)
         return self.sp.encode(
             [self.normalize(t) for t in texts],

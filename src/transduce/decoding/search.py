@@ -10,7 +10,8 @@ Length penalties (`length_penalty`), score(Y) = log P(Y | X) / lp(Y):
 EOS). A sentence stops when its n-best finished hypotheses cannot be beaten by any unfinished one (log-probabilities
 only fall and every penalty above grows with length, so the best alive raw score divided by lp(max length) bounds
 them), or when it reaches its maximum length; the search stops when every sentence has stopped. The only host
-sync per step is that stopping check.
+sync per step is that stopping check. The special ids are the model's (model.config.bos_id: the first input;
+eos_id; pad_id): a Marian model starts from its pad row and ends with id 0.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-
-from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def length_penalty(length: Tensor | float, *, kind: str, alpha: float) -> Tensor | float:
@@ -42,8 +41,9 @@ class Hypothesis:
     log_prob: float  # log P(Y | X)
 
 
-def _max_lengths(src: Tensor, *, a: float, b: int, model_max: int) -> Tensor:
-    src_len = src.ne(PAD_ID).sum(1) - 1  # (B,) without EOS
+def _max_lengths(src: Tensor, *, a: float, b: int, model) -> Tensor:
+    src_len = model.pad_mask(src).logical_not().sum(1) - 1  # (B,) without EOS
+    model_max = model.config.max_len
     return (a * src_len.float() + b).long().clamp(min=1, max=model_max - 1)  # output tokens incl. EOS
 
 
@@ -161,34 +161,34 @@ def _one_per_row(
 ) -> list[list[Hypothesis]]:
     """One hypothesis per sentence, one decoder row each: `pick(lprobs (B, V), t)` chooses every row's next token
     from its log-probabilities (PAD, BOS and disallowed tokens at -inf) until EOS or the maximum length."""
-    batch = src.size(0)
+    batch, ids = src.size(0), model.config
     memory = model.encode(src)
     cache = model.start_decoding(memory, model.pad_mask(src))
-    max_len = _max_lengths(src, a=max_len_a, b=max_len_b, model_max=model.config.max_len)
-    tokens = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=src.device)
+    max_len = _max_lengths(src, a=max_len_a, b=max_len_b, model=model)
+    tokens = torch.full((batch, 1), ids.bos_id, dtype=torch.long, device=src.device)
     log_prob = torch.zeros(batch, device=src.device)
     done = torch.zeros(batch, dtype=torch.bool, device=src.device)
     cstate = constraint.start(max_len) if constraint is not None else None
     for t in range(int(max_len.max())):
         lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (B, V)
-        lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
-        lprobs = _force_eos(lprobs, max_len.eq(t + 1))  # the last allowed position must be EOS
+        lprobs[:, ids.pad_id] = lprobs[:, ids.bos_id] = float("-inf")
+        lprobs = _force_eos(lprobs, max_len.eq(t + 1), ids.eos_id)  # the last allowed position must be EOS
         if constraint is not None:
             lprobs = lprobs.masked_fill(~constraint.allowed(cstate), float("-inf"))
         nxt = pick(lprobs, t)  # (B,)
         best = lprobs.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (B,)
-        nxt = nxt.masked_fill(done, PAD_ID)
+        nxt = nxt.masked_fill(done, ids.pad_id)
         if constraint is not None:
             cstate = constraint.advance(cstate, nxt)
         log_prob += best.masked_fill(done, 0.0)
         tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)  # (B, t+2)
-        done |= nxt.eq(EOS_ID)
+        done |= nxt.eq(ids.eos_id)
         if bool(done.all()):
             break
-    results = []
+    results, eos = [], ids.eos_id
     for row, lp in zip(tokens[:, 1:].tolist(), log_prob.tolist()):
-        out = row[: row.index(EOS_ID)] if EOS_ID in row else row
-        n = len(out) + 1 if EOS_ID in row else len(out)  # output tokens including EOS, as in beam_search
+        out = row[: row.index(eos)] if eos in row else row
+        n = len(out) + 1 if eos in row else len(out)  # output tokens including EOS, as in beam_search
         results.append(
             [Hypothesis(out, lp / float(length_penalty(float(n), kind=length_penalty_kind, alpha=alpha)), lp)]
         )
@@ -212,33 +212,34 @@ def beam_search(
     """Batched beam search: per sentence, its `nbest` best finished hypotheses, best first. `constraint` (optional,
     decoding/constraints.py) limits the tokens each row may emit; its state follows the cache.
     `patience` > 0 also ends a sentence once beam x patience hypotheses have finished (DecodeConfig.patience)."""
-    device, batch, k = src.device, src.size(0), beam
+    device, batch, k, ids = src.device, src.size(0), beam, model.config
     cache = model.start_decoding(model.encode(src), model.pad_mask(src))
-    max_len = _max_lengths(src, a=max_len_a, b=max_len_b, model_max=model.config.max_len)  # (B,)
+    max_len = _max_lengths(src, a=max_len_a, b=max_len_b, model=model)  # (B,)
     lp = lambda n: length_penalty(n, kind=length_penalty_kind, alpha=alpha)
     rows = _Rows(cache, constraint, max_len)
     rows.expand(k)  # (B*k) rows, k per sentence
     sent = torch.arange(batch, device=device)  # original index of each sentence still decoding
-    tokens = torch.full((batch * k, 1), BOS_ID, dtype=torch.long, device=device)  # (N, t+1)
+    tokens = torch.full((batch * k, 1), ids.bos_id, dtype=torch.long, device=device)  # (N, t+1)
     scores = torch.zeros(batch, k, device=device)  # (B, k) raw log-probabilities of alive beams
     scores[:, 1:] = float("-inf")  # at t = 0 all beams are the same: keep one
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    kept = _Finished.empty(batch, k, device)
+    kept = _Finished.empty(batch, k, device, pad=ids.pad_id, eos=ids.eos_id)
     among_k = torch.arange(2 * k, device=device).lt(k)  # (2k,) the k best of the 2k candidates
 
     for t in range(int(max_len.max())):
         lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (N, V)
-        lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
-        lprobs = rows.mask(_force_eos(lprobs, max_len[sent].eq(t + 1).repeat_interleave(k)))  # last position: EOS
+        lprobs[:, ids.pad_id] = lprobs[:, ids.bos_id] = float("-inf")
+        forced = max_len[sent].eq(t + 1).repeat_interleave(k)
+        lprobs = rows.mask(_force_eos(lprobs, forced, ids.eos_id))  # the last allowed position must be EOS
         top_score, token, origin = _candidates(scores, lprobs, k)  # (B, 2k) each
         # A hypothesis ends only when its EOS ranks among the k best candidates (fairseq's and CTranslate2's rule);
         # EOS candidates ranked k+1..2k are dropped, not finished.
-        is_eos = token.eq(EOS_ID) & top_score.gt(float("-inf")) & among_k
+        is_eos = token.eq(ids.eos_id) & top_score.gt(float("-inf")) & among_k
         new_norm = torch.where(is_eos, top_score / lp(torch.tensor(float(t + 1), device=device)), float("-inf"))
         hist = tokens[origin.view(-1)].view(sent.numel(), 2 * k, t + 1)[:, :, 1:]  # (B, 2k, t) without BOS
         kept.merge(new_norm, top_score, torch.cat([hist, token.unsqueeze(2)], dim=2))
         # Alive: the k best candidates that did not end in EOS.
-        scores, pick = top_score.masked_fill(token.eq(EOS_ID), float("-inf")).topk(k, dim=1)  # (B, k)
+        scores, pick = top_score.masked_fill(token.eq(ids.eos_id), float("-inf")).topk(k, dim=1)  # (B, k)
         alive_rows = origin.gather(1, pick).view(-1)  # (N,)
         tokens = torch.cat([tokens[alive_rows], token.gather(1, pick).view(-1, 1)], dim=1)  # (N, t+2)
         rows.reorder(alive_rows, tokens[:, -1])
@@ -324,19 +325,21 @@ class _Finished:
     raw: Tensor  # (B, k) log P
     tokens: Tensor  # (B, k, t) without BOS, EOS last
     count: Tensor  # (B,) hypotheses finished so far, kept or not (decode.patience counts them)
+    pad: int  # the model's PAD and EOS ids
+    eos: int
 
     @classmethod
-    def empty(cls, batch: int, k: int, device: torch.device) -> _Finished:
+    def empty(cls, batch: int, k: int, device: torch.device, *, pad: int, eos: int) -> _Finished:
         none = torch.full((batch, k), float("-inf"), device=device)
-        tokens = torch.full((batch, k, 1), PAD_ID, dtype=torch.long, device=device)
-        return cls(none, none.clone(), tokens, torch.zeros(batch, device=device))
+        tokens = torch.full((batch, k, 1), pad, dtype=torch.long, device=device)
+        return cls(none, none.clone(), tokens, torch.zeros(batch, device=device), pad, eos)
 
     def merge(self, norm: Tensor, raw: Tensor, tokens: Tensor) -> None:
         """Keep the k best by normalised score of the kept ones and this step's (B, 2k) candidates (-inf: not
         finished)."""
         k = self.score.size(1)
         self.count = self.count + norm.gt(float("-inf")).sum(dim=1)
-        old = F.pad(self.tokens, (0, tokens.size(2) - self.tokens.size(2)), value=PAD_ID)  # (B, k, t+1)
+        old = F.pad(self.tokens, (0, tokens.size(2) - self.tokens.size(2)), value=self.pad)  # (B, k, t+1)
         all_tokens = torch.cat([old, tokens], dim=1)  # (B, 3k, t+1)
         self.score, keep = torch.cat([self.score, norm], dim=1).topk(k, dim=1)  # (B, k)
         self.raw = torch.cat([self.raw, raw], dim=1).gather(1, keep)
@@ -347,23 +350,24 @@ class _Finished:
         self.count = self.count[index]
 
     def collect(self, i: int, nbest: int) -> list[Hypothesis]:
-        return _collect(self.tokens[i], self.score[i], self.raw[i], nbest)
+        return _collect(self.tokens[i], self.score[i], self.raw[i], nbest, self.eos)
 
 
-def _force_eos(lprobs: Tensor, forced: Tensor) -> Tensor:
-    """Rows where `forced` (N,) is True may only produce EOS (log-probability 0). No host sync on a GPU; on a CPU,
+def _force_eos(lprobs: Tensor, forced: Tensor, eos: int) -> Tensor:
+    """Rows where `forced` (N,) is True may only produce EOS (id `eos`, log-probability 0). No host sync on a GPU;
+    on a CPU,
     where reading a flag costs nothing, the (N, V) pass is skipped at the steps that force no row."""
     if lprobs.device.type == "cpu" and not bool(forced.any()):
         return lprobs
     eos_only = torch.full_like(lprobs[:1], float("-inf"))
-    eos_only[0, EOS_ID] = 0.0
+    eos_only[0, eos] = 0.0
     return torch.where(forced.unsqueeze(1), eos_only, lprobs)
 
 
-def _collect(tokens: Tensor, norm: Tensor, raw: Tensor, nbest: int) -> list[Hypothesis]:
+def _collect(tokens: Tensor, norm: Tensor, raw: Tensor, nbest: int, eos: int) -> list[Hypothesis]:
     out: list[Hypothesis] = []
     for row, s, r in zip(tokens.tolist(), norm.tolist(), raw.tolist()):
         if s == float("-inf") or len(out) == nbest:
             continue
-        out.append(Hypothesis(row[: row.index(EOS_ID)] if EOS_ID in row else row, s, r))
+        out.append(Hypothesis(row[: row.index(eos)] if eos in row else row, s, r))
     return out

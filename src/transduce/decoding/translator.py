@@ -11,7 +11,8 @@ from typing import Any, cast, overload
 import torch
 
 from ..config import Config, DecodeConfig, read_config
-from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from ..data.marian import load_tokenizer
+from ..data.tokenizer import Tokenizer
 from ..device import pick_device
 from ..model import Transformer
 from ..training.checkpoint import find_weights, load_weights
@@ -61,6 +62,12 @@ class Translator:
     ) -> None:
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, the model {model.config.vocab_size}")
+        c, special = model.config, tokenizer.special
+        if (c.pad_id, c.bos_id, c.eos_id) != (special.pad, special.bos, special.eos):
+            raise ValueError(
+                f"the tokenizer's special ids (pad, bos, eos) = {(special.pad, special.bos, special.eos)} differ "
+                f"from the model's {(c.pad_id, c.bos_id, c.eos_id)}"
+            )
         self.model, self.tokenizer = model, tokenizer
         self.decode = decode or DecodeConfig()
 
@@ -72,7 +79,7 @@ class Translator:
         model = Transformer(config.model)
         load_weights(model, weights)
         model.to(pick_device(device)).eval()
-        return cls(model, Tokenizer(run_dir / "tokenizer.model"), decode=config.decode)
+        return cls(model, load_tokenizer(run_dir / "tokenizer.model"), decode=config.decode)
 
     @classmethod
     def from_runs(cls, paths: list[str | Path], *, device: str = "auto") -> Translator:
@@ -109,7 +116,7 @@ class Translator:
 
     def _cut_sources(self, sentences: list[str], tag: str = "") -> tuple[list[list[int]], list[int]]:
         sources, cut = front.source_ids(self.tokenizer, sentences, self.model.config.max_len, tag)
-        return [ids + [EOS_ID] for ids in sources], cut
+        return [ids + [self.tokenizer.special.eos] for ids in sources], cut
 
     def _batches(self, sources: list[list[int]], batch_tokens: int) -> list[list[int]]:
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
@@ -129,7 +136,8 @@ class Translator:
 
     def _padded(self, sources: list[list[int]]) -> torch.Tensor:
         """(B, S) token ids padded with PAD, on the model's device."""
-        src = torch.full((len(sources), max(len(x) for x in sources)), PAD_ID, dtype=torch.long)
+        pad = self.tokenizer.special.pad
+        src = torch.full((len(sources), max(len(x) for x in sources)), pad, dtype=torch.long)
         for row, ids in enumerate(sources):
             src[row, : len(ids)] = torch.tensor(ids)
         return src.to(self.device)
@@ -254,7 +262,8 @@ class Translator:
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         src_ids = self.encode_sources(list(sources), tag)
         limit = self.model.config.max_len - 1  # BOS + target fits the positions
-        tgt_ids = [ids[: limit - 1] + [EOS_ID] for ids in self.tokenizer.encode(list(targets))]
+        eos = self.tokenizer.special.eos
+        tgt_ids = [ids[: limit - 1] + [eos] for ids in self.tokenizer.encode_target(list(targets))]
         budget = self.decode.batch_tokens if batch_tokens is None else batch_tokens
         longest = [max(len(s), len(t)) for s, t in zip(src_ids, tgt_ids)]
         results: list[PairScore | None] = [None] * len(src_ids)
@@ -275,7 +284,7 @@ class Translator:
         """Per pair, the log-probability of each target token (EOS last) given the source and the tokens before."""
         src = self._padded(sources)  # (B, S)
         tgt = self._padded(targets)  # (B, T) target + EOS, PAD after
-        tgt_in = torch.cat([torch.full_like(tgt[:, :1], BOS_ID), tgt[:, :-1]], dim=1)  # (B, T)
+        tgt_in = torch.cat([torch.full_like(tgt[:, :1], self.tokenizer.special.bos), tgt[:, :-1]], dim=1)  # (B, T)
         models = self.model.members if isinstance(self.model, Ensemble) else [self.model]
         lprobs = torch.stack([torch.log_softmax(m(src, tgt_in).float(), dim=-1) for m in models])  # (M, B, T, V)
         # an ensemble's distribution is its members' mean (decoding/ensemble.py)
@@ -296,16 +305,16 @@ class Translator:
         if target is None:
             target = self.translate([source])[0]
         src_ids = self.encode_sources([source])[0]
-        tgt_ids = self.tokenizer.encode([target])[0][: self.model.config.max_len - 1]
+        tgt_ids = self.tokenizer.encode_target([target])[0][: self.model.config.max_len - 1]
         src = torch.tensor([src_ids], device=self.device)
-        tgt_in = torch.tensor([[BOS_ID] + tgt_ids], device=self.device)
+        tgt_in = torch.tensor([[self.tokenizer.special.bos] + tgt_ids], device=self.device)
         was_training = self.model.training
         self.model.eval()
         with self.model.recording_attention():
             self.model(src, tgt_in)
         self.model.train(was_training)
         stack = lambda mods: torch.stack([m.weights[0] for m in mods]).cpu()
-        pieces = lambda ids: [self.tokenizer.sp.id_to_piece(int(i)) for i in ids]
+        pieces = lambda ids: [self.tokenizer.id_to_piece(int(i)) for i in ids]
         return AttentionMaps(
             source_pieces=pieces(src_ids[:-1]) + ["</s>"],
             target_pieces=["<s>"] + pieces(tgt_ids),

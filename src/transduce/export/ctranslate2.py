@@ -59,7 +59,8 @@ import torch
 from torch import nn
 
 from ..config import Config, ConfigError, DecodeConfig, ModelConfig, read_config
-from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from ..data.marian import load_tokenizer
+from ..data.tokenizer import Tokenizer
 from ..decoding import front
 from ..decoding.front import Decoded, Translation
 from ..decoding.search import Sampling, length_penalty
@@ -72,6 +73,8 @@ KIND = "ctranslate2-export"  # the kind in the folder's transduce-manifest.json 
 FORMAT_VERSION = 1
 # The weight types CTranslate2's `ModelSpec.optimize(quantization=...)` accepts.
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+# model.activation -> CTranslate2's Activation member (its GELU is the exact, erf form, as torch's F.gelu)
+ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
 INSTALL_HINT = "pip install 'transduce[export]' (or: pip install ctranslate2)"
 
 
@@ -101,8 +104,7 @@ def check_exportable(config: ModelConfig, tokenizer: Tokenizer) -> None:
             f"{config.encoder_layers} encoder and {config.decoder_layers} decoder layers: "
             "CTranslate2 needs at least one layer in each stack"
         )
-    if config.pad_id != PAD_ID:
-        problems.append(f"model.pad_id = {config.pad_id}: the exported vocabulary puts PAD at {PAD_ID}")
+    problems += special_id_problems(config, tokenizer)
     if tokenizer.vocab_size != config.vocab_size:
         problems.append(f"the tokenizer has {tokenizer.vocab_size} pieces, the model {config.vocab_size}")
     pieces = _pieces(tokenizer)
@@ -112,9 +114,21 @@ def check_exportable(config: ModelConfig, tokenizer: Tokenizer) -> None:
         raise ExportError("cannot export to CTranslate2: " + "; ".join(problems))
 
 
+def special_id_problems(config: ModelConfig, tokenizer: Tokenizer) -> list[str]:
+    """The model's special ids that are not its vocabulary's, each named (a run keeps them equal; a hand-edited
+    config may not)."""
+    special = tokenizer.special
+    ids = (("pad_id", special.pad, "PAD"), ("bos_id", special.bos, "BOS"), ("eos_id", special.eos, "EOS"))
+    return [
+        f"model.{name} = {getattr(config, name)}: the vocabulary puts {what} at {i}"
+        for name, i, what in ids
+        if getattr(config, name) != i
+    ]
+
+
 def _pieces(tokenizer: Tokenizer) -> list[str]:
     """The vocabulary in id order: piece i is token id i in both engines."""
-    return [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    return [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
 
 
 # The model specification -------------------------------------------------------------------------------------------
@@ -135,8 +149,9 @@ def _set_norm(spec, norm: nn.LayerNorm) -> None:
 
 
 def _set_inputs(spec, embedding) -> None:
-    """Token embeddings (scaled by sqrt(d_model) in the engine, §3.4) and our own position table (§3.5)."""
-    spec.scale_embeddings = True
+    """Token embeddings (scaled by sqrt(d_model) in the engine, §3.4, unless model.scale_embeddings is false) and
+    our own position table (§3.5)."""
+    spec.scale_embeddings = embedding.scale != 1.0
     table = embedding.learned.weight if hasattr(embedding, "learned") else embedding.pe
     spec.position_encodings.encodings = _array(table)  # (max_len, D)
 
@@ -169,7 +184,7 @@ def _set_decoder(spec, decoder, output: nn.Linear) -> None:
         _set_feed_forward(layer_spec.ffn, layer.ff, layer.sublayer3.norm)
     if decoder.final_norm is not None:
         _set_norm(spec.layer_norm, decoder.final_norm)
-    _set_linear(spec.projection, output)  # pre-softmax projection, no bias
+    _set_linear(spec.projection, output)  # pre-softmax projection (its bias with model.output_bias)
 
 
 def _set_feed_forward(spec, ff, norm: nn.LayerNorm) -> None:
@@ -184,9 +199,14 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     config = model.config
     check_exportable(config, tokenizer)
     specs = ct2.specs
+    activation = getattr(specs.Activation, ACTIVATIONS[config.activation])
     spec = specs.TransformerSpec(
-        specs.TransformerEncoderSpec(config.encoder_layers, config.n_heads, pre_norm=config.norm_first),
-        specs.TransformerDecoderSpec(config.decoder_layers, config.n_heads, pre_norm=config.norm_first),
+        specs.TransformerEncoderSpec(
+            config.encoder_layers, config.n_heads, pre_norm=config.norm_first, activation=activation
+        ),
+        specs.TransformerDecoderSpec(
+            config.decoder_layers, config.n_heads, pre_norm=config.norm_first, activation=activation
+        ),
     )
     _set_encoder(spec.encoder, model.encoder)
     output = model.output
@@ -196,8 +216,9 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
     spec.config.layer_norm_epsilon = config.layer_norm_eps
-    spec.config.unk_token, spec.config.bos_token = pieces[UNK_ID], pieces[BOS_ID]
-    spec.config.eos_token, spec.config.decoder_start_token = pieces[EOS_ID], pieces[BOS_ID]
+    special = tokenizer.special  # a Marian vocabulary's decoder starts from its pad row
+    spec.config.unk_token, spec.config.bos_token = pieces[special.unk], pieces[special.bos]
+    spec.config.eos_token, spec.config.decoder_start_token = pieces[special.eos], pieces[special.bos]
     spec.config.add_source_eos = True  # our encoder input is the pieces + EOS
     return spec
 
@@ -224,7 +245,7 @@ def export_ctranslate2(run: str | Path, out: str | Path, *, quantization: str | 
     check_replaceable(out, KIND)  # refuse early, before the work
     run_dir, weights = find_weights(run)
     config = read_config(run_dir / "config.json", Config)
-    tokenizer = Tokenizer(run_dir / "tokenizer.model")
+    tokenizer = load_tokenizer(run_dir / "tokenizer.model")
     check_exportable(config.model, tokenizer)  # before loading weights: refuse early
     model = Transformer(config.model)
     load_weights(model, weights)
@@ -338,7 +359,7 @@ class CTranslate2Translator:
             if decode.length_penalty == "gnmt":
                 decode = dataclasses.replace(decode, length_penalty="length")
         self.decode = decode
-        self.tokenizer = tokenizer or Tokenizer(folder / "tokenizer.model")
+        self.tokenizer = tokenizer or load_tokenizer(folder / "tokenizer.model")
         self.pieces = json.loads((folder / "shared_vocabulary.json").read_text(encoding="utf-8"))
         if self.pieces != _pieces(self.tokenizer):
             raise ExportError(f"{folder}: the vocabulary does not match the SentencePiece model")
@@ -356,7 +377,7 @@ class CTranslate2Translator:
         with tempfile.TemporaryDirectory(prefix="transduce-ct2-") as tmp:
             folder = export_ctranslate2(path, Path(tmp) / "model", quantization=quantization)
             run_dir, _ = find_weights(path)
-            return cls(folder, tokenizer=Tokenizer(run_dir / "tokenizer.model"), **kwargs)
+            return cls(folder, tokenizer=load_tokenizer(run_dir / "tokenizer.model"), **kwargs)
 
     def encode_sources(self, sentences: list[str], tag: str = "") -> list[list[int]]:
         """Token ids (without EOS: the engine adds it), tagged and cut as `Translator.encode_sources` does."""
@@ -462,7 +483,7 @@ class CTranslate2Translator:
             suppress_sequences=self._suppressed(),
             **search.engine,
         )
-        eos = self.pieces[EOS_ID]
+        eos = self.pieces[self.tokenizer.special.eos]
         out = []
         for result in results:
             hyps = []
@@ -489,7 +510,7 @@ class CTranslate2Translator:
         budget = self.decode.batch_tokens if batch_tokens is None else batch_tokens
         results = self.engine.score_batch(
             [[self.pieces[i] for i in ids] for ids in self.encode_sources(sources, tag)],
-            [[self.pieces[i] for i in ids[: self.max_len - 2]] for ids in self.tokenizer.encode(targets)],
+            [[self.pieces[i] for i in ids[: self.max_len - 2]] for ids in self.tokenizer.encode_target(targets)],
             max_batch_size=budget,
             batch_type="tokens",
             max_input_length=0,
@@ -502,7 +523,8 @@ class CTranslate2Translator:
 
     def _suppressed(self) -> list[list[str]]:
         """PAD and BOS, which our search never produces either."""
-        return [[self.pieces[PAD_ID]], [self.pieces[BOS_ID]]]
+        special = self.tokenizer.special
+        return [[self.pieces[special.pad]], [self.pieces[special.bos]]]
 
 
 def _compute_type(ct2: ModuleType, quantization: str | None, device: str) -> str:

@@ -7,20 +7,23 @@
       instantiated from its config, given our weights through `hf.layout.to_marian`, checked to hold every tensor,
       and saved with `save_pretrained`); float32;
     - source.spm, target.spm (the run's SentencePiece model, twice: one vocabulary for both sides), vocab.json
-      (piece -> id, our ids: PAD 0, UNK 1, BOS 2, EOS 3), tokenizer_config.json, written by MarianTokenizer;
+      (piece -> id, our ids: PAD 0, UNK 1, BOS 2, EOS 3), tokenizer_config.json, written by MarianTokenizer; for a
+      run imported from a Marian model (export/hf_import.py), its own vocab.json, source.spm and target.spm;
     - README.md, a model card: the run's recipe, its data and the figures its run directory recorded
       (export/model_card.py).
 
 How our model maps onto the classes (the weight layout is hf/layout.py's; the settings are the config's):
     - post-LN is MarianMTModel, pre-LN PegasusForConditionalGeneration (its stacks end in a LayerNorm, as ours);
-    - ReLU (`activation_function="relu"`), embeddings times sqrt(d_model) (`scale_embedding=True`), the sinusoidal
-      table (the width permutation makes theirs ours), no output bias (`final_logits_bias` zero), LayerNorm eps
+    - model.activation is `activation_function` (relu, Eq. 2, by default), model.scale_embeddings
+      `scale_embedding` (true: times sqrt(d_model)), the sinusoidal table (the width permutation makes theirs ours),
+      model.output_bias `final_logits_bias` (zero without it), LayerNorm eps
       1e-5 (torch's default, which both classes use and cannot change);
     - tied embeddings are `share_encoder_decoder_embeddings=True, tie_word_embeddings=True`; untied (three matrices)
       are Marian's `share_encoder_decoder_embeddings=False, tie_word_embeddings=False` (Pegasus always shares the
       encoder's and decoder's embeddings: a pre-LN untied run is refused);
-    - special ids: `pad_token_id` PAD, `eos_token_id` and `forced_eos_token_id` EOS, `decoder_start_token_id` BOS
-      (our decoder starts from BOS; Marian's opus-mt models start from PAD);
+    - special ids, the model's (model.pad_id, eos_id, bos_id): `pad_token_id` PAD, `eos_token_id` and
+      `forced_eos_token_id` EOS, `decoder_start_token_id` BOS (ours start from BOS; Marian's opus-mt models, and so
+      runs imported from them, from PAD);
     - decoding defaults (generation_config.json) are the run's [decode] settings where `generate` has them: the
       beam, the "length" penalty |Y|^alpha as `length_penalty=alpha` (|Y| counts EOS in both; "none" is 0; "gnmt"
       has no counterpart and is exported as "length", the model card says so), PAD and BOS suppressed
@@ -29,8 +32,9 @@ How our model maps onto the classes (the weight layout is hf/layout.py's; the se
       positions. Our maximum output, max_len_a * |x| + max_len_b tokens, is one number per call in `generate`
       (`max_new_tokens`).
 Refused, each naming the setting (`check_exportable`): restricted attention, learned positions, a LayerNorm eps
-other than 1e-5, a pad id other than PAD, lowercasing or another tokenizer setting MarianTokenizer lacks,
-untied pre-LN embeddings, a vocabulary that is not the model's, a run that is not a translation run.
+other than 1e-5, special ids that are not the vocabulary's, lowercasing or another tokenizer setting
+MarianTokenizer lacks, untied pre-LN embeddings, a vocabulary that is not the model's, a run that is not a
+translation run.
 """
 
 from __future__ import annotations
@@ -45,12 +49,13 @@ from types import ModuleType
 import torch
 
 from ..config import Config, ModelConfig, read_config, task_name
-from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from ..data.marian import MarianVocab, load_tokenizer
+from ..data.tokenizer import Tokenizer
 from ..hf.layout import PEGASUS, model_class, to_marian
 from ..model import Transformer
 from ..outputs import atomic_folder, check_replaceable, read_manifest
 from ..training.checkpoint import find_weights, load_weights
-from .ctranslate2 import ExportError
+from .ctranslate2 import ExportError, special_id_problems
 from .model_card import model_card
 
 KIND = "huggingface-export"  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
@@ -102,8 +107,6 @@ def _model_problems(model: ModelConfig) -> list[str]:
         problems.append(
             f"model.layer_norm_eps = {model.layer_norm_eps:g}: MarianMTModel and Pegasus use {LAYER_NORM_EPS:g}"
         )
-    if model.pad_id != PAD_ID:
-        problems.append(f"model.pad_id = {model.pad_id}: the exported vocabulary puts PAD at {PAD_ID}")
     if model.norm_first and not model.tie_embeddings:
         problems.append(
             "model.tie_embeddings = false with model.norm_first = true: Pegasus (the pre-LN class) shares one "
@@ -114,6 +117,9 @@ def _model_problems(model: ModelConfig) -> list[str]:
 
 def _tokenizer_problems(model: ModelConfig, tokenizer: Tokenizer) -> list[str]:
     problems = []
+    problems += special_id_problems(model, tokenizer)
+    if isinstance(tokenizer, MarianVocab):  # an imported Marian vocabulary: its own files go back out as they came
+        return problems + ([] if tokenizer.vocab_size == model.vocab_size else [_sizes(tokenizer, model)])
     if tokenizer.lowercase:
         problems.append("data.lowercase = true: MarianTokenizer does not lowercase its input")
     other = sorted(
@@ -124,15 +130,19 @@ def _tokenizer_problems(model: ModelConfig, tokenizer: Tokenizer) -> list[str]:
             f"the tokenizer setting {', '.join(other)} (tokenizer.json): MarianTokenizer has no counterpart"
         )
     if tokenizer.vocab_size != model.vocab_size:
-        problems.append(f"the tokenizer has {tokenizer.vocab_size} pieces, the model {model.vocab_size}")
+        problems.append(_sizes(tokenizer, model))
     pieces = _pieces(tokenizer)
     if len(set(pieces)) != len(pieces):
         problems.append("the SentencePiece model has duplicate pieces: vocab.json maps pieces to ids")
     return problems
 
 
+def _sizes(tokenizer: Tokenizer, model: ModelConfig) -> str:
+    return f"the tokenizer has {tokenizer.vocab_size} pieces, the model {model.vocab_size}"
+
+
 def _pieces(tokenizer: Tokenizer) -> list[str]:
-    return [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    return [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
 
 
 # The model and its configs -------------------------------------------------------------------------------------------
@@ -148,16 +158,16 @@ def hf_config(transformers: ModuleType, model: ModelConfig):
         "encoder_attention_heads": model.n_heads,
         "decoder_attention_heads": model.n_heads,
         "max_position_embeddings": model.max_len,
-        "activation_function": "relu",  # Eq. 2
-        "scale_embedding": True,  # §3.4: embeddings times sqrt(d_model)
+        "activation_function": model.activation,  # relu (Eq. 2), swish or gelu: the same names in transformers
+        "scale_embedding": model.scale_embeddings,  # §3.4: embeddings times sqrt(d_model), unless set otherwise
         "dropout": model.dropout,
         "attention_dropout": model.attention_dropout,
         "activation_dropout": model.activation_dropout,
-        "pad_token_id": PAD_ID,
-        "bos_token_id": BOS_ID,
-        "eos_token_id": EOS_ID,
-        "forced_eos_token_id": EOS_ID,
-        "decoder_start_token_id": BOS_ID,
+        "pad_token_id": model.pad_id,
+        "bos_token_id": model.bos_id,
+        "eos_token_id": model.eos_id,
+        "forced_eos_token_id": model.eos_id,
+        "decoder_start_token_id": model.bos_id,
         "tie_word_embeddings": model.tie_embeddings,
     }
     if model_class(model) == PEGASUS:
@@ -169,14 +179,14 @@ def hf_config(transformers: ModuleType, model: ModelConfig):
 
 def generation_settings(config: Config) -> dict:
     """generation_config.json: the run's [decode] settings where `generate` has them (see the module docstring)."""
-    decode = config.decode
+    decode, model = config.decode, config.model
     return {
-        "decoder_start_token_id": BOS_ID,
-        "bos_token_id": BOS_ID,
-        "eos_token_id": EOS_ID,
-        "pad_token_id": PAD_ID,
-        "forced_eos_token_id": EOS_ID,
-        "suppress_tokens": [PAD_ID, BOS_ID],
+        "decoder_start_token_id": model.bos_id,
+        "bos_token_id": model.bos_id,
+        "eos_token_id": model.eos_id,
+        "pad_token_id": model.pad_id,
+        "forced_eos_token_id": model.eos_id,
+        "suppress_tokens": sorted({model.pad_id, model.bos_id}),
         "num_beams": decode.beam,
         "length_penalty": 0.0 if decode.length_penalty == "none" else decode.alpha,
         "early_stopping": True if decode.patience == 1 else "never",
@@ -217,7 +227,7 @@ def export_huggingface(run: str | Path, out: str | Path) -> Path:
     run_dir, weights = find_weights(run)
     config = read_config(run_dir / "config.json")
     check_exportable(config, None)  # the settings first: a parsing run's tokenizer is not read
-    tokenizer = Tokenizer(run_dir / "tokenizer.model")
+    tokenizer = load_tokenizer(run_dir / "tokenizer.model")
     check_exportable(config, tokenizer)
     model = Transformer(config.model)
     load_weights(model, weights)
@@ -243,13 +253,18 @@ def export_huggingface(run: str | Path, out: str | Path) -> Path:
 
 
 def _save_tokenizer(transformers: ModuleType, tokenizer: Tokenizer, config: Config, folder: Path) -> None:
-    """source.spm and target.spm (our SentencePiece model), vocab.json (our ids), tokenizer_config.json."""
-    (folder / "vocab.json").write_text(
-        json.dumps({piece: i for i, piece in enumerate(_pieces(tokenizer))}, ensure_ascii=False, indent=1) + "\n",
-        encoding="utf-8",
-    )
-    for name in ("source.spm", "target.spm"):
-        (folder / name).write_bytes(tokenizer.path.read_bytes())
+    """source.spm and target.spm (our SentencePiece model), vocab.json (our ids), tokenizer_config.json; an
+    imported Marian vocabulary's own three files (data/marian.py)."""
+    if isinstance(tokenizer, MarianVocab):
+        for name, data in tokenizer.marian_files().items():
+            (folder / name).write_bytes(data)
+    else:
+        (folder / "vocab.json").write_text(
+            json.dumps({piece: i for i, piece in enumerate(_pieces(tokenizer))}, ensure_ascii=False, indent=1) + "\n",
+            encoding="utf-8",
+        )
+        for name in ("source.spm", "target.spm"):
+            (folder / name).write_bytes(tokenizer.path.read_bytes())
     with warnings.catch_warnings():  # "Recommended: pip install sacremoses" (its normalizer is not used to encode)
         warnings.simplefilter("ignore")
         hf_tokenizer = _marian_tokenizer(transformers, tokenizer, config, folder)
@@ -257,16 +272,19 @@ def _save_tokenizer(transformers: ModuleType, tokenizer: Tokenizer, config: Conf
 
 
 def _marian_tokenizer(transformers: ModuleType, tokenizer: Tokenizer, config: Config, folder: Path):
+    pieces, special = _pieces(tokenizer), tokenizer.special
+    # our BOS is special: `decode(..., skip_special_tokens=True)` drops it; a Marian vocabulary starts from its pad
+    bos = {} if special.bos == special.pad else {"bos_token": pieces[special.bos]}
     return transformers.MarianTokenizer(
         source_spm=str(folder / "source.spm"),
         target_spm=str(folder / "target.spm"),
         vocab=str(folder / "vocab.json"),
         source_lang=config.data.src,
         target_lang=config.data.tgt,
-        bos_token=_pieces(tokenizer)[BOS_ID],  # special: `decode(..., skip_special_tokens=True)` drops it
-        unk_token=_pieces(tokenizer)[UNK_ID],
-        eos_token=_pieces(tokenizer)[EOS_ID],
-        pad_token=_pieces(tokenizer)[PAD_ID],
+        unk_token=pieces[special.unk],
+        eos_token=pieces[special.eos],
+        pad_token=pieces[special.pad],
+        **bos,
         model_max_length=config.model.max_len - 1,  # pieces + EOS, as `front.cut_sources` cuts a source
         clean_up_tokenization_spaces=False,
         split_special_tokens=True,  # the text "</s>" is characters, as SentencePiece reads it, not EOS

@@ -52,7 +52,7 @@ def apply(model: nn.Module, *, workspace_rows: int) -> nn.Module:
         for name, child in module.named_children():
             if type(child) is nn.Dropout:
                 setattr(module, name, BitDropout(child.p))
-    if isinstance(model, Transformer):
+    if isinstance(model, Transformer) and not model.config.output_bias:  # the workspace product has no bias
         weight = model.output.weight
         assert isinstance(weight, nn.Parameter), "the output projection's weight is a model parameter"
         model.output = WorkspaceLinear(weight, rows=workspace_rows)

@@ -9,14 +9,16 @@ of `torch.nn.functional.scaled_dot_product_attention` (True = may attend) in exa
 
 Departures from the paper, all named: LayerNorm eps is 1e-5 and divides by sqrt(variance + eps) (the paper does not
 say); `norm_first=True` gives the pre-LN variant with a final LayerNorm per stack; `attention_dropout` and
-`activation_dropout` (default 0) and learned positions are options; padded query rows of a restricted (windowed)
-self-attention attend to themselves so that no softmax row is empty (their outputs are never read).
+`activation_dropout` (default 0), learned positions, the FFN's activation, the embedding scale and an output bias
+(Marian's) are options; padded query rows of a restricted (windowed) self-attention attend to themselves so that no
+softmax row is empty (their outputs are never read).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -152,17 +154,23 @@ class MultiHeadAttention(nn.Module):
 
 # §3.3 Position-wise feed-forward network ---------------------------------------------------------------------------
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (Eq. 2). `activation_dropout` (not in the paper; fairseq's): dropout on
-    max(0, x W1 + b1), off by default."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (Eq. 2), or with `activation` swish (x sigmoid(x), Marian's) or gelu.
+    `activation_dropout` (not in the paper; fairseq's): dropout on the activation's output, off by default."""
 
-    def __init__(self, *, d_model: int, d_ff: int, activation_dropout: float = 0.0) -> None:
+    def __init__(self, *, d_model: int, d_ff: int, activation_dropout: float = 0.0, activation: str = "relu") -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(activation_dropout) if activation_dropout > 0 else None
+        functions: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
+        self.activation = functions[activation]
+
+    @classmethod
+    def of(cls, c: ModelConfig) -> FeedForward:
+        return cls(d_model=c.d_model, d_ff=c.d_ff, activation_dropout=c.activation_dropout, activation=c.activation)
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = F.relu(self.linear1(x))
+        hidden = self.activation(self.linear1(x))
         return self.linear2(self.dropout(hidden) if self.dropout is not None else hidden)
 
 
@@ -190,7 +198,7 @@ class EncoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(
             d_model=config.d_model, n_heads=config.n_heads, dropout=config.attention_dropout
         )
-        self.ff = FeedForward(d_model=config.d_model, d_ff=config.d_ff, activation_dropout=config.activation_dropout)
+        self.ff = FeedForward.of(config)
         self.sublayer1, self.sublayer2 = SublayerConnection(config), SublayerConnection(config)
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
@@ -206,7 +214,7 @@ class DecoderLayer(nn.Module):
             return MultiHeadAttention(d_model=config.d_model, n_heads=config.n_heads, dropout=config.attention_dropout)
 
         self.self_attn, self.cross_attn = attention(), attention()
-        self.ff = FeedForward(d_model=config.d_model, d_ff=config.d_ff, activation_dropout=config.activation_dropout)
+        self.ff = FeedForward.of(config)
         self.sublayer1, self.sublayer2, self.sublayer3 = (SublayerConnection(config) for _ in range(3))
 
     def forward(
@@ -249,13 +257,13 @@ class DecoderLayer(nn.Module):
 
 class Embedding(nn.Module):
     """§3.4-§3.5: Dropout(token embedding * sqrt(d_model) + positional encoding), the encoding sinusoidal or learned
-    (model.positional)."""
+    (model.positional); `scale_embeddings` false multiplies by 1 instead (a Marian option)."""
 
     pe: Tensor  # the sinusoidal table (max_len, D), a buffer, when the positions are sinusoidal
 
     def __init__(self, config: ModelConfig, tokens: nn.Embedding) -> None:
         super().__init__()
-        self.tokens, self.scale = tokens, math.sqrt(config.d_model)
+        self.tokens, self.scale = tokens, math.sqrt(config.d_model) if config.scale_embeddings else 1.0
         if config.positional == "learned":
             self.learned = nn.Embedding(config.max_len, config.d_model)
         else:
@@ -424,8 +432,8 @@ class Transformer(nn.Module):
         )
         self.encoder = Encoder(config, src_tokens)
         self.decoder = Decoder(config, tgt_tokens)
-        # the pre-softmax projection: an nn.Linear here, which cpu_speed.apply may replace by a WorkspaceLinear
-        self.output: nn.Module = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # the pre-softmax projection (a bias only with model.output_bias): cpu_speed.apply may make it a WorkspaceLinear
+        self.output: nn.Module = nn.Linear(config.d_model, config.vocab_size, bias=config.output_bias)
         self.add_modules()
         init_parameters(self, config.d_model)
         if config.tie_embeddings:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..config import Config, ConfigError, DataConfig, ModelConfig, read_config
 from ..data import DataError
+from ..data.marian import load_tokenizer
 from ..data.parallel import open_prepared, split_inputs, with_tokenizer
 from ..data.tokenizer import Tokenizer
 from ..training.init_from import RECORD, source_run
@@ -80,7 +81,7 @@ def _adopt_data(
     """The recipe's data on RUN's vocabulary: a data.prepared folder given is checked to hold it; RUN's own
     prepared data when the recipe names the same files and encoding options; else the recipe's corpus encoded with
     RUN's tokenizer, copied to NEW/tokenizer.model."""
-    tokenizer = Tokenizer(base_dir / TOKENIZER)
+    tokenizer = load_tokenizer(base_dir / TOKENIZER)
     if recipe.prepared:
         prepared = open_prepared(recipe.prepared)
         if prepared.tokenizer.signature() != tokenizer.signature():

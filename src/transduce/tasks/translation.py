@@ -174,7 +174,7 @@ class SequenceTask:
 
     def collate_pairs(self, corpus: ParallelCorpus, indices: np.ndarray, **options) -> Batch:
         """Pairs `indices` of `corpus` as a padded Batch (data.collate's `options`); parsing adds its word pointer."""
-        return collate(corpus, indices, **options)
+        return collate(corpus, indices, special=self.data.tokenizer.special, **options)
 
     def loss(
         self, net, batch: Batch, autocast: Callable[[], AbstractContextManager]
@@ -272,7 +272,8 @@ class TranslationTask(SequenceTask):
         alpha, tokenizer = self.config.train.subword_sampling, self.data.tokenizer
         draw = int(np.random.SeedSequence([seed, epoch, int(indices.min())]).generate_state(1)[0])
         sides = [
-            tokenizer.encode_sampled(side, alpha=alpha, seed=(2 * draw + k) % 2**32) for k, side in enumerate(texts)
+            tokenizer.encode_sampled(side, alpha=alpha, seed=(2 * draw + k) % 2**32, target=k == 1)
+            for k, side in enumerate(texts)
         ]
         tags = self._tag_ids()
         if any(tags):  # data.corpora's tags: each source begins with its corpus's, as prepared
@@ -324,7 +325,11 @@ class TranslationTask(SequenceTask):
                 f"{data.root} has {vocab} pieces; leave model.vocab_size unset (0) or make "
                 "them equal"
             )
-        config = config.replace(model=dataclasses.replace(config.model, vocab_size=vocab))
+        special = data.tokenizer.special  # the model's special ids are its vocabulary's (a Marian one's differ)
+        model = dataclasses.replace(
+            config.model, vocab_size=vocab, pad_id=special.pad, bos_id=special.bos, eos_id=special.eos
+        )
+        config = config.replace(model=model)
         if main:
             save_config(config, config_path)
             if not frozen:
