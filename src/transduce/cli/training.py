@@ -37,8 +37,10 @@ PREPARE_OPTIONS = (
 
 def cmd_prepare(args) -> int:
     from ..config import DataConfig
+    from ..config.bounds import check_value
     from ..data import prepare
 
+    check_value("train.max_tokens", args.max_tokens, name="--max-tokens", kind=int)
     options = {
         "train": args.train,
         "valid": args.valid or "",

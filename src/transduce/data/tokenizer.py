@@ -39,7 +39,9 @@ class Tokenizer:
             raise TokenizerError(f"{meta_path}: cannot read the tokenizer's settings ({err})") from None
         if not isinstance(self.meta, dict):
             raise TokenizerError(f"{meta_path}: the tokenizer's settings are not a JSON object")
-        self.lowercase = bool(self.meta.get("lowercase", False))
+        self.lowercase = self.meta.get("lowercase", False)
+        if not isinstance(self.lowercase, bool):  # "false" (a string) would be true
+            raise TokenizerError(f'{meta_path}: "lowercase" must be true or false, got {self.lowercase!r}')
         ids = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
         if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise TokenizerError(

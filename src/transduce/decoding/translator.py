@@ -144,7 +144,7 @@ class Translator:
         sentence: its list of translations comes back (a list of strings gets a list per sentence)."""
         if isinstance(sentences, str):
             return self.decode_lines([sentences], **kwargs).hypotheses[0]
-        return self.decode_lines(list(sentences), **kwargs).hypotheses
+        return self.decode_lines(sentences, **kwargs).hypotheses
 
     def decode_lines(
         self,
@@ -230,7 +230,7 @@ class Translator:
         string is one sentence: its translation comes back as a string."""
         if isinstance(sentences, str):
             return self.translate([sentences], **kwargs)[0]
-        return [hyps[0].text if hyps else "" for hyps in self.decode_lines(list(sentences), **kwargs).hypotheses]
+        return [hyps[0].text if hyps else "" for hyps in self.decode_lines(sentences, **kwargs).hypotheses]
 
     def score(
         self, sources: Sequence[str], targets: Sequence[str], *, batch_tokens: int | None = None, tokens: bool = False

@@ -31,7 +31,9 @@ import torch
 from tqdm import tqdm
 
 from ..config import ConfigError, TrainConfig
+from ..config.memory import check_fits, run_shape
 from ..data.batching import update_groups
+from ..device import device_memory
 from ..model import cpu_speed
 from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_if_bare
 from .budget import TimeBudget, check_time_limit, log_forecast
@@ -55,6 +57,8 @@ def train_task(task_cls: type[Task], config: Any, run_dir: str | Path, *, quiet:
     run_dir = Path(run_dir)
     ranks, device = setup_distributed(config.train.device)
     check_precision(config.train, device)
+    available, where = device_memory(device)
+    check_fits(run_shape(config), available=available, where=where)  # before the data is prepared or a byte allocated
     # glibc keeps freed blocks for this run only (train.cpu_speed; the setting is the whole process's)
     keep_memory = device.type == "cpu" and config.train.cpu_speed
     with _global_switches_restored(), open_run(run_dir, ranks, task_cls.name), cpu_speed.freed_memory_kept(keep_memory):
