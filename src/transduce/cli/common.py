@@ -25,7 +25,14 @@ def check_decoding(args) -> None:
         ("--nbest", "decode.nbest", nbest, int),
         ("--batch-tokens", "decode.batch_tokens", args.batch_tokens, int),
     ]
-    flags += [("--alpha", "decode.alpha", args.alpha, float)]
+    flags += [
+        ("--alpha", "decode.alpha", args.alpha, float),
+        ("--patience", "decode.patience", _flag(args, "patience"), float),
+    ]
+    flags += [("--sampling-topk", "decode.sampling_topk", _flag(args, "sampling_topk"), int)]
+    flags += [("--sampling-topp", "decode.sampling_topp", _flag(args, "sampling_topp"), float)]
+    flags += [("--temperature", "decode.temperature", _flag(args, "temperature"), float)]
+    flags += [("--seed", "decode.seed", _flag(args, "seed"), int)]
     for flag, key, value, kind in flags:
         if value is not None:
             check_value(key, value, name=flag, kind=kind)
@@ -33,6 +40,11 @@ def check_decoding(args) -> None:
         raise ConfigError(
             f"--nbest {nbest} is larger than --beam {beam}: a beam of {beam} finds at most {beam} translations"
         )
+
+
+def _flag(args, name: str):
+    """A decoding flag's value, None where the command has no such flag (parse has no sampling)."""
+    return getattr(args, name, None)
 
 
 def sacrebleu_tokenizers() -> list[str]:
