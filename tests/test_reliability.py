@@ -469,6 +469,20 @@ CASES = {
     "decode.max_len_a=nan": _refused_setting("decode.max_len_a=nan", "decode.max_len_a must be a finite number"),
     "decode.beam=1000": _refused_setting("decode.beam=1000", "decode.beam must be between 1 and 64, got 1000"),
     "train.valid_beam=65": _refused_setting("train.valid_beam=65", "train.valid_beam must be between 1 and 64"),
+    "a metric the task lacks is named before the data is read": Case(
+        [
+            "train",
+            "{recipe}",
+            "--out",
+            "{tmp}/r",
+            "--set",
+            "train.early_stop_metric=f1",
+            "--set",
+            "data.train='{tmp}/nope'",
+        ],
+        ("train.early_stop_metric 'f1' does not apply",),
+        absent=("{tmp}/r",),
+    ),
     "prepare --max-ratio nan": Case(
         [*PREPARE, "--max-ratio", "nan", "--out", "{tmp}/d"],
         ("data.max_ratio must be a finite number, got nan",),
