@@ -485,9 +485,13 @@ CASES = {
     ),
     "prepare --max-ratio nan": Case(
         [*PREPARE, "--max-ratio", "nan", "--out", "{tmp}/d"],
-        ("data.max_ratio must be a finite number, got nan",),
+        ("--max-ratio must be a finite number, got nan",),
         absent=("{tmp}/d",),
     ),
+    "prepare --vocab-sample 0": Case(
+        [*PREPARE, "--vocab-sample", "0", "--out", "{tmp}/d"], ("--vocab-sample must be at least 1, got 0",)
+    ),
+    "prepare --workers -1": Case([*PREPARE, "--workers", "-1", "--out", "{tmp}/d"], ("--workers must be at least 0",)),
     "prepare --max-tokens 0": Case(
         [*PREPARE, "--max-tokens", "0", "--out", "{tmp}/d"], ("--max-tokens must be at least 1, got 0",)
     ),

@@ -41,6 +41,10 @@ def cmd_prepare(args) -> int:
     from ..data import prepare
 
     check_value("train.max_tokens", args.max_tokens, name="--max-tokens", kind=int)
+    numbers = {"vocab_size": int, "max_len": int, "max_ratio": float, "vocab_sample": int, "workers": int}
+    for name, kind in numbers.items():
+        if getattr(args, name) is not None:  # the settings' bounds, named by the flag that was given
+            check_value(f"data.{name}", getattr(args, name), name="--" + name.replace("_", "-"), kind=kind)
     options = {
         "train": args.train,
         "valid": args.valid or "",
