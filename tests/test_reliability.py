@@ -190,6 +190,22 @@ def _tokenizer_setting(key: str, value):
     return setup
 
 
+def _export_with_beam(beam: int):
+    """A CTranslate2 export of the run whose manifest's decode.beam was edited to `beam`."""
+
+    def setup(e):
+        from transduce.export.ctranslate2 import export_ctranslate2
+        from transduce.outputs import MANIFEST
+
+        export_ctranslate2(e.run, e.tmp / "ct2")
+        path = e.tmp / "ct2" / MANIFEST
+        manifest = json.loads(path.read_text())
+        manifest["decode"]["beam"] = beam
+        path.write_text(json.dumps(manifest))
+
+    return setup
+
+
 def _refused_setting(setting: str, *needles: str) -> Case:
     """`train --set SETTING` refused before anything is prepared or written (the new --out is not even made)."""
     return Case(
@@ -436,6 +452,11 @@ CASES = {
         ("model.max_len = 1,000,000,000,000: the model needs at least",),
         setup=_run_setting("model", "max_len", 10**12),
         absent=("{tmp}/ct2",),
+    ),
+    "an export whose manifest says decode.beam 1000": Case(
+        ["translate", "{tmp}/ct2", "--engine", "ctranslate2", "--input", "{tmp}/text.en"],
+        ("decode.beam must be between 1 and 64, got 1000",),
+        setup=_export_with_beam(1000),
     ),
     "a run's config.json nested thousands of levels deep": Case(
         ["translate", "{run}", "--input", "{tmp}/text.en"],
