@@ -463,6 +463,16 @@ CASES = {
         ("config.json: cannot read the run's config (nested too deeply)",),
         setup=_write("{run}/config.json", b'{"model": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
     ),
+    "serve a run whose config.json is nested thousands of levels deep": Case(
+        ["serve", "{run}", "--port", "0"],
+        ("config.json: cannot read the run's config (nested too deeply)",),
+        setup=_write("{run}/config.json", b'{"model": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    ),
+    "a tokenizer.json nested thousands of levels deep": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en"],
+        ("tokenizer.json: cannot read the tokenizer's settings (nested too deeply)",),
+        setup=_write("{run}/tokenizer.json", b"[" * 100_000 + b"]" * 100_000),
+    ),
     "a tokenizer.json whose lowercase is the string 'false'": Case(
         ["translate", "{run}", "--input", "{tmp}/text.en"],
         ("tokenizer.json: \"lowercase\" must be true or false, got 'false'",),

@@ -37,6 +37,8 @@ class Tokenizer:
             self.meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
         except (OSError, ValueError) as err:
             raise TokenizerError(f"{meta_path}: cannot read the tokenizer's settings ({err})") from None
+        except RecursionError:  # nested thousands of levels deep
+            raise TokenizerError(f"{meta_path}: cannot read the tokenizer's settings (nested too deeply)") from None
         if not isinstance(self.meta, dict):
             raise TokenizerError(f"{meta_path}: the tokenizer's settings are not a JSON object")
         self.lowercase = self.meta.get("lowercase", False)
