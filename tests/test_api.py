@@ -68,6 +68,8 @@ def test_one_string_is_one_input_for_every_predictor(trained_run):
     label = classifier.predict(sentence)
     assert label in ("neg", "pos") and [label] == classifier.predict([sentence])
     assert tuple(classifier.predict_proba(sentence).shape) == (2,)
+    with pytest.raises(TypeError, match=r"^sentence 1 is int 7, not a string$"):  # issue 65: not a raw AttributeError
+        classifier.predict([sentence, 7])
 
 
 def test_one_string_is_one_sentence_for_the_parser(tmp_path):
@@ -86,3 +88,69 @@ def test_one_string_is_one_sentence_for_the_parser(tmp_path):
     assert isinstance(tree, str) and tree.startswith("(") and tree == parser.parse(["the dog barks ."], beam=1)[0]
     with pytest.raises(TypeError, match=r"parse_trees\(\[sentence\]\)"):
         parser.parse_trees("the dog barks .")
+    with pytest.raises(TypeError, match=r"^sentence 0 is NoneType None, not a string$"):
+        parser.parse([None])
+    with pytest.raises(ValueError, match=r"^beam must be between 1 and 64, got 65$"):
+        parser.parse(["the dog barks ."], beam=65)
+
+
+@pytest.mark.parametrize(
+    "sentences, options, error, message",
+    [
+        (["A dog"], dict(beam=999), ValueError, r"^beam must be between 1 and 64, got 999$"),
+        (["A dog"], dict(beam=65), ValueError, r"^beam must be between 1 and 64, got 65$"),
+        (["A dog"], dict(beam=2.5), ValueError, r"^beam must be an integer, got 2.5$"),
+        (["A dog"], dict(alpha=float("nan")), ValueError, r"^alpha must be a finite number, got nan$"),
+        (["A dog"], dict(alpha=float("inf")), ValueError, r"^alpha must be a finite number, got inf$"),
+        (["A dog"], dict(batch_tokens=0), ValueError, r"^batch_tokens must be between 1 and 1,000,000, got 0$"),
+        (["A dog"], dict(length_penalty="gmnt"), ValueError, r"^length_penalty must be one of gnmt, length, none"),
+        ([1, 2], {}, TypeError, r"^sentence 0 is int 1, not a string$"),
+        (["A dog", None], {}, TypeError, r"^sentence 1 is NoneType None, not a string$"),
+        (b"A dog", {}, TypeError, r"^expected a list of strings, got bytes$"),
+        ([b"A dog"], {}, TypeError, r"^sentence 0 is bytes b'A dog', not a string$"),
+        (["A \ud800 dog"], {}, ValueError, r"^sentence 0 holds a lone surrogate \(U\+D800 at character 2\)"),
+        (5, {}, TypeError, r"^expected a list of strings, got int$"),
+    ],
+)
+def test_the_api_refuses_what_it_cannot_translate_in_a_message_of_its_own(
+    trained_run, sentences, options, error, message
+):
+    """issue 65, item 3: each refused with our message (the bounds of config/bounds.py, the keyword named), not an
+    empty translation, torch's TypeError or SentencePiece's."""
+    run, _ = trained_run
+    translator = Translator.from_run(run, device="cpu")
+    with pytest.raises(error, match=message):
+        translator.translate(sentences, **options)
+    if not isinstance(sentences, (bytes, int)):
+        with pytest.raises(error, match=message):
+            translator.translate_nbest(sentences, **options)
+
+
+def test_train_refuses_a_string_of_overrides_and_a_missing_run_dir(tmp_path, toy_corpus):
+    recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=1, save_every=1)
+    with pytest.raises(TypeError, match=r"overrides must be a list of 'section.key=value' strings, got 'a=b'"):
+        train(str(recipe), tmp_path / "run", overrides="a=b")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"run_dir must be a folder's path \(a str or a Path\), got None"):
+        train(str(recipe), None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"config must be a run config \(load_config\) or a recipe's path or name"):
+        train(None, tmp_path / "run")
+    with pytest.raises(TypeError, match=r"overrides must be a list"):
+        load_config(recipe, "train.max_steps=2")  # type: ignore[arg-type]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_config_json_beyond_the_bounds_is_refused_by_from_run(trained_run, tmp_path):
+    """A hand-edited run (decode.beam 1000, which would also have raised the server's max_beam) is refused where any
+    predictor reads it, before the model is built."""
+    import shutil
+
+    from transduce.config import ConfigError
+
+    run, _ = trained_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns(".transduce.lock"))
+    raw = json.loads((copy / "config.json").read_text())
+    raw["decode"]["beam"] = 1000
+    (copy / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=r"decode.beam must be between 1 and 64, got 1000"):
+        Translator.from_run(copy)

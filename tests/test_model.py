@@ -42,8 +42,8 @@ def test_presets_have_table3_shapes():
     "bad, message",
     [
         (dict(d_model=30, n_heads=4), r"model.d_model \(30\) must be divisible by model.n_heads \(4\)"),
-        (dict(d_ff=-1), r"model.d_ff must be positive, got -1"),
-        (dict(n_layers=0), r"model.n_layers must be positive, got 0"),
+        (dict(d_ff=-1), r"model.d_ff must be at least 1, got -1"),
+        (dict(n_layers=0), r"model.n_layers must be at least 1, got 0"),
         (dict(dropout=1.5), r"model.dropout must be in \[0, 1\), got 1.5"),
         (dict(activation_dropout=1.0), r"model.activation_dropout must be in \[0, 1\), got 1.0"),
         (dict(positional="rotary"), r"model.positional must be 'sinusoidal' or 'learned', got 'rotary'"),

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from transduce.config.bounds import BOUNDS
 from transduce.options_reference import COMMAND, default_task, field_help, main, own_help, render, task_tables
 from transduce.tasks import TASKS
 
@@ -51,7 +52,9 @@ def test_every_field_of_every_table_has_a_row_with_help():
                 row = re.search(rf"^\| `{f.name}` \|.*\|$", where, flags=re.M)
                 assert row, f"docs/options.md: no row for {table.section}.{f.name} under {owner}: [{table.section}]"
                 cells = re.split(r"(?<!\\)\|", row.group(0))[1:-1]  # an escaped \| stays inside its cell
-                assert len(cells) == 4 and cells[3].strip(), f"docs/options.md: {row.group(0)!r} has no help"
+                assert len(cells) == 5 and cells[4].strip(), f"docs/options.md: {row.group(0)!r} has no help"
+                bound = BOUNDS.get(f"{table.section}.{f.name}")  # the range a number is checked against (issue 65)
+                assert cells[3].strip() == (bound.describe() if bound else ""), row.group(0)
 
 
 def test_check_mode_fails_when_stale(tmp_path, capsys):

@@ -779,7 +779,7 @@ def test_subtree_substitution_redraws_targets_each_epoch_and_resumes_exactly(tmp
     other = SimpleNamespace(name="translation", metrics={"loss": ("valid_loss", False)}, has_validation=True)
     with pytest.raises(ConfigError, match="subtree_substitution applies to parsing runs, not to translation"):
         check_setup(other, TrainConfig(subtree_substitution=0.5))
-    with pytest.raises(ConfigError, match=r"subtree_substitution must be in \[0, 1\]"):
+    with pytest.raises(ConfigError, match=r"subtree_substitution must be between 0 and 1, got 1.5"):
         TrainConfig(subtree_substitution=1.5)
 
 

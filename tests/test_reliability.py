@@ -167,6 +167,54 @@ def _earlier_format(folder: str, copy_of: str | None = None):
     return setup
 
 
+def _run_setting(section: str, key: str, value):
+    """The copied run's config.json with `section.key` set to `value` (as a hand edit would leave it; NaN as Python's
+    json writes it)."""
+
+    def setup(e):
+        path = e.run / "config.json"
+        raw = json.loads(path.read_text())
+        raw[section][key] = value
+        path.write_text(json.dumps(raw))
+
+    return setup
+
+
+def _tokenizer_setting(key: str, value):
+    def setup(e):
+        path = e.run / "tokenizer.json"
+        raw = json.loads(path.read_text())
+        raw[key] = value
+        path.write_text(json.dumps(raw))
+
+    return setup
+
+
+def _export_with_beam(beam: int):
+    """A CTranslate2 export of the run whose manifest's decode.beam was edited to `beam`."""
+
+    def setup(e):
+        from transduce.export.ctranslate2 import export_ctranslate2
+        from transduce.outputs import MANIFEST
+
+        export_ctranslate2(e.run, e.tmp / "ct2")
+        path = e.tmp / "ct2" / MANIFEST
+        manifest = json.loads(path.read_text())
+        manifest["decode"]["beam"] = beam
+        path.write_text(json.dumps(manifest))
+
+    return setup
+
+
+def _refused_setting(setting: str, *needles: str) -> Case:
+    """`train --set SETTING` refused before anything is prepared or written (the new --out is not even made)."""
+    return Case(
+        ["train", "{recipe}", "--out", "{tmp}/r", "--set", setting],
+        needles or (setting.split("=")[0],),
+        absent=("{tmp}/r",),
+    )
+
+
 PREPARE = ["prepare", "--train", "{corpus}/train", "--src", "en", "--tgt", "xx", "--vocab-size", "60"]
 EARLIER_RUN = ("{run}: a run made by another version of transduce (format 0;", "train again into a new --out")
 EARLIER_DATA = ("{tmp}/old: prepared data made by another version of transduce", "remove it and prepare again")
@@ -314,7 +362,7 @@ CASES = {
         ("--patience applies to --engine torch",),
     ),
     "translate with a negative --patience": Case(
-        ["translate", "{run}", "--patience", "-1", "--input", "{tmp}/text.en"], ("patience must be between 0",)
+        ["translate", "{run}", "--patience", "-1", "--input", "{tmp}/text.en"], ("--patience must be between 0",)
     ),
     "translate a missing input file": Case(["translate", "{run}", "--input", "{tmp}/nope.en"], ("no such file",)),
     "an unknown shipped recipe": Case(["train", "nonsense", "--out", "{tmp}/r"], ("multi30k",)),
@@ -371,6 +419,120 @@ CASES = {
         ["translate", "{tmp}/nan/averaged.safetensors", "--input", "{tmp}/text.en"],
         ("averaged.safetensors: ", "holds NaN or infinite values"),
         setup=_nan_weights,
+    ),
+    # issue 65, severe 1: a run's config.json meets the settings' bounds (the flags' own: --beam's 1-64) and the memory
+    # estimate wherever it is read; the costly ones are refused before anything is allocated
+    "a run's config.json with decode.beam 1000": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en"],
+        ("decode.beam must be between 1 and 64, got 1000",),
+        setup=_run_setting("decode", "beam", 1000),
+    ),
+    "a run's config.json with decode.alpha NaN": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en"],
+        ("decode.alpha must be a finite number, got nan",),
+        setup=_run_setting("decode", "alpha", float("nan")),
+    ),
+    "a run's config.json with decode.max_len_a -5": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en"],
+        ("decode.max_len_a must be between 0 and 100, got -5",),
+        setup=_run_setting("decode", "max_len_a", -5.0),
+    ),
+    "a run's config.json with decode.max_len_b -100": Case(
+        ["evaluate", "{run}", "--src", "{corpus}/test.en", "--ref", "{corpus}/test.xx"],
+        ("decode.max_len_b must be between 0 and 1,000,000, got -100",),
+        setup=_run_setting("decode", "max_len_b", -100),
+    ),
+    "a run's config.json with a huge model.vocab_size": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en"],
+        ("model.vocab_size = 1,000,000,000,000: the model needs at least", "of memory (parameters", "this machine's"),
+        setup=_run_setting("model", "vocab_size", 10**12),
+    ),
+    "a run's config.json with a huge model.max_len": Case(
+        ["export", "ctranslate2", "{run}", "--out", "{tmp}/ct2"],
+        ("model.max_len = 1,000,000,000,000: the model needs at least",),
+        setup=_run_setting("model", "max_len", 10**12),
+        absent=("{tmp}/ct2",),
+    ),
+    "an export whose manifest says decode.beam 1000": Case(
+        ["translate", "{tmp}/ct2", "--engine", "ctranslate2", "--input", "{tmp}/text.en"],
+        ("decode.beam must be between 1 and 64, got 1000",),
+        setup=_export_with_beam(1000),
+    ),
+    "a run's config.json nested thousands of levels deep": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en"],
+        ("config.json: cannot read the run's config (nested too deeply)",),
+        setup=_write("{run}/config.json", b'{"model": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    ),
+    "serve a run whose config.json is nested thousands of levels deep": Case(
+        ["serve", "{run}", "--port", "0"],
+        ("config.json: cannot read the run's config (nested too deeply)",),
+        setup=_write("{run}/config.json", b'{"model": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    ),
+    "a tokenizer.json nested thousands of levels deep": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en"],
+        ("tokenizer.json: cannot read the tokenizer's settings (nested too deeply)",),
+        setup=_write("{run}/tokenizer.json", b"[" * 100_000 + b"]" * 100_000),
+    ),
+    "a tokenizer.json whose lowercase is the string 'false'": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en"],
+        ("tokenizer.json: \"lowercase\" must be true or false, got 'false'",),
+        setup=_tokenizer_setting("lowercase", "false"),
+    ),
+    "train --set model.n_layers=99999999999": _refused_setting(
+        "model.n_layers=99999999999", "model.n_layers = 99,999,999,999: training needs at least", "parameters"
+    ),
+    "train --set train.max_tokens=10**12": _refused_setting(
+        "train.max_tokens=1000000000000", "train.max_tokens = 1,000,000,000,000: training needs at least"
+    ),
+    "train --set model.d_model huge": _refused_setting("model.d_model=4194304", "model.d_model = 4,194,304"),
+    # issue 65, values accepted that should be refused: each before data preparation, naming the setting
+    "train.peak_lr=-1": _refused_setting("train.peak_lr=-1", "train.peak_lr must be above 0, got -1"),
+    "train.max_minutes=nan": _refused_setting("train.max_minutes=nan", "train.max_minutes must be a finite number"),
+    "train.max_minutes=-1": _refused_setting("train.max_minutes=-1", "train.max_minutes must be at least 0, got -1"),
+    "train.clip_norm=nan": _refused_setting("train.clip_norm=nan", "train.clip_norm must be a finite number"),
+    "train.lr_scale=nan": _refused_setting("train.lr_scale=nan", "train.lr_scale must be a finite number"),
+    "train.seed=-1": _refused_setting("train.seed=-1", "train.seed must be between 0 and 4,294,967,295, got -1"),
+    "train.adam_eps=nan": _refused_setting("train.adam_eps=nan", "train.adam_eps must be a finite number"),
+    "train.adam_beta1=nan": _refused_setting("train.adam_beta1=nan", "train.adam_beta1 must be a finite number"),
+    "train.adam_beta1=1": _refused_setting("train.adam_beta1=1.0", "train.adam_beta1 must be in [0, 1), got 1.0"),
+    "train.weight_decay=nan": _refused_setting("train.weight_decay=nan", "train.weight_decay must be a finite"),
+    "decode.alpha=inf": _refused_setting("decode.alpha=inf", "decode.alpha must be a finite number, got inf"),
+    "decode.max_len_a=nan": _refused_setting("decode.max_len_a=nan", "decode.max_len_a must be a finite number"),
+    "decode.beam=1000": _refused_setting("decode.beam=1000", "decode.beam must be between 1 and 64, got 1000"),
+    "train.valid_beam=65": _refused_setting("train.valid_beam=65", "train.valid_beam must be between 1 and 64"),
+    "a metric the task lacks is named before the data is read": Case(
+        [
+            "train",
+            "{recipe}",
+            "--out",
+            "{tmp}/r",
+            "--set",
+            "train.early_stop_metric=f1",
+            "--set",
+            "data.train='{tmp}/nope'",
+        ],
+        ("train.early_stop_metric 'f1' does not apply",),
+        absent=("{tmp}/r",),
+    ),
+    "prepare --max-ratio nan": Case(
+        [*PREPARE, "--max-ratio", "nan", "--out", "{tmp}/d"],
+        ("--max-ratio must be a finite number, got nan",),
+        absent=("{tmp}/d",),
+    ),
+    "prepare --vocab-sample 0": Case(
+        [*PREPARE, "--vocab-sample", "0", "--out", "{tmp}/d"], ("--vocab-sample must be at least 1, got 0",)
+    ),
+    "prepare --workers -1": Case([*PREPARE, "--workers", "-1", "--out", "{tmp}/d"], ("--workers must be at least 0",)),
+    "prepare --max-tokens 0": Case(
+        [*PREPARE, "--max-tokens", "0", "--out", "{tmp}/d"], ("--max-tokens must be at least 1, got 0",)
+    ),
+    "translate --seed -1": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en", "--sampling-topk", "0", "--seed", "-1"],
+        ("--seed must be between 0 and 4,294,967,295, got -1",),
+    ),
+    "translate --temperature inf": Case(
+        ["translate", "{run}", "--input", "{tmp}/text.en", "--sampling-topk", "0", "--temperature", "inf"],
+        ("--temperature must be a finite number, got inf",),
     ),
     "invalid UTF-8 in score": Case(
         ["score", "--hyp", "{tmp}/bad.txt", "--ref", "{tmp}/text.en"],
@@ -599,3 +761,82 @@ def test_attention_refuses_to_draw_an_own_output_over_the_piece_limit():
         _check_own_output(long, given=False)
     _check_own_output(long, given=True)  # a given --target was checked before decoding, with its own message
     _check_own_output(SimpleNamespace(target_pieces=["<s>"] + ["a"] * 99), given=False)
+
+
+# issue 65: one table of bounds, and a memory estimate before anything is allocated --------------------------------
+SECTIONS = {
+    "model": ("ModelConfig", "ParserModelConfig"),
+    "data": ("DataConfig", "ParseDataConfig", "ClassifyDataConfig"),
+    "train": ("TrainConfig",),
+    "decode": ("DecodeConfig", "ParseDecodeConfig"),
+    "head": ("HeadConfig",),
+}
+
+
+def test_every_number_a_run_config_holds_has_its_bounds_in_the_one_table():
+    import dataclasses
+    import typing
+
+    import transduce.config as config
+    from transduce.config.bounds import BOUNDS
+
+    missing = []
+    for section, classes in SECTIONS.items():
+        for name in classes:
+            cls = getattr(config, name)
+            hints = typing.get_type_hints(cls)
+            for f in dataclasses.fields(cls):
+                numeric = {int, float} & {hints[f.name], *typing.get_args(hints[f.name])}
+                if numeric and f"{section}.{f.name}" not in BOUNDS:
+                    missing.append(f"{section}.{f.name}")
+    assert not missing, missing
+
+
+def test_a_flag_and_its_setting_share_one_bound(env, capsys):
+    from transduce.config import ConfigError, DecodeConfig
+
+    flag = transduce(capsys, "translate", env.run, "--input", env.tmp / "text.en", "--beam", "65")
+    assert_one_line_error(flag, "--beam must be between 1 and 64, got 65")
+    with pytest.raises(ConfigError, match=r"^decode.beam must be between 1 and 64, got 65$"):
+        DecodeConfig(beam=65)
+    with pytest.raises(ConfigError, match=r"^decode.nbest must be between 1 and 64, got 0$"):
+        DecodeConfig(nbest=0)
+
+
+def test_the_memory_estimate_is_a_lower_bound_and_refuses_before_allocating(monkeypatch):
+    from transduce import Transformer
+    from transduce.config import ConfigError, HeadConfig, ModelConfig, memory
+    from transduce.model.classifier import TransformerClassifier
+
+    tiny = dict(vocab_size=50, n_layers=1, d_model=16, d_ff=32, n_heads=2, max_len=20)
+    for variant in ({}, {"tie_embeddings": False}, {"positional": "learned"}, {"n_decoder_layers": 2}):
+        config = ModelConfig(**{**tiny, **variant})
+        assert memory.model_shape(config).parameters() <= Transformer(config).num_parameters(), variant
+    head = HeadConfig(pooling="flatten", n_classes=2)
+    shape = memory.model_shape(
+        ModelConfig(**tiny), decoder=False, head=memory.head_weights(ModelConfig(**tiny), head, 20)
+    )
+    classifier = TransformerClassifier(ModelConfig(**tiny), head, max_len=20)
+    assert shape.parameters() <= sum(p.numel() for p in classifier.parameters())
+
+    def never(*args, **kwargs):
+        raise AssertionError("allocated before the estimate refused")
+
+    monkeypatch.setattr(torch.nn.Embedding, "__init__", never)
+    with pytest.raises(ConfigError, match=r"^model.vocab_size = 1,000,000,000,000: the model needs at least 58.2 TiB"):
+        Transformer(ModelConfig(**{**tiny, "vocab_size": 10**12}))
+    with pytest.raises(ConfigError, match=r"^model.n_encoder_layers = 10,000,000,000: the model needs at least"):
+        Transformer(ModelConfig(**{**tiny, "n_encoder_layers": 10**10}))
+    with pytest.raises(ConfigError, match=r"^model.d_model = 1,048,576: .* more than GPU cuda:0's 80.0 GiB$"):
+        memory.check_fits(
+            memory.model_shape(ModelConfig(d_model=2**20, n_heads=1)), available=80 << 30, where="GPU cuda:0"
+        )
+
+
+def test_a_training_that_cannot_fit_is_refused_before_its_data_is_prepared(env, capsys, monkeypatch):
+    from transduce.config import memory
+
+    monkeypatch.setattr(memory, "machine_memory", lambda: 8 << 20)  # a machine of 8 MiB
+    result = transduce(capsys, "train", env.recipe, "--out", env.tmp / "r", "--set", "train.max_tokens=100000")
+    assert_one_line_error(result, "train.max_tokens = 100,000: training needs at least", "this machine's 8.0 MiB")
+    assert not (env.tmp / "r").exists()

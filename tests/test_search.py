@@ -319,7 +319,7 @@ def test_patience_stops_once_beam_times_patience_hypotheses_have_finished():
 
 @pytest.mark.parametrize(
     "patience, nbest, error",
-    [(-1.0, 1, "between 0 and 100"), (0.25, 2, "fewer than the 2 asked for"), (float("nan"), 1, "between 0")],
+    [(-1.0, 1, "between 0 and 100"), (0.25, 2, "fewer than the 2 asked for"), (float("nan"), 1, "a finite number")],
 )
 def test_a_patience_that_cannot_fill_the_nbest_list_is_refused(patience, nbest, error):
     from transduce.config import ConfigError, DecodeConfig

@@ -520,10 +520,11 @@ def test_first_ctrl_c_waits_for_the_update_a_second_interrupts_at_once():
 
 
 def test_nan_weights_are_never_saved_as_the_best(tmp_path, toy_corpus):
-    """A NaN learning rate turns the weights NaN at the first update while that update's loss was finite: the first
-    validation stops training instead of saving them as best.safetensors (or as a checkpoint)."""
+    """A learning rate beyond float32's range (1e300 x Eq. 3; a NaN one is refused as a setting) turns the weights
+    infinite at the first update while that update's loss was finite: the first validation stops training instead
+    of saving them as best.safetensors (or as a checkpoint)."""
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=10, save_every=5, valid_every=1)
-    config = load_config(recipe, ["train.lr_scale=nan", "train.valid_bleu=false", "train.early_stop_metric=loss"])
+    config = load_config(recipe, ["train.lr_scale=1e300", "train.valid_bleu=false", "train.early_stop_metric=loss"])
     with pytest.raises(TrainingError, match=r"weights hold NaN or infinite values at step 1; stopped without saving"):
         train(config, tmp_path / "run", quiet=True)
     assert not (tmp_path / "run" / "best.safetensors").exists() and not checkpoint_dirs(tmp_path / "run")

@@ -20,7 +20,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from .config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig, load_config
+from .config import Config, ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig, load_config
 
 __version__ = "0.1.0"
 __all__ = [
@@ -55,10 +55,24 @@ def train(config: Any, run_dir: str | Path, *, overrides: list[str] | None = Non
     """Train (or resume) in `run_dir`. `config`: a config object (load_config), or a recipe's path or shipped name.
 
     Returns {"step", "stopped", "best", "config"}."""
+    import os
+
+    from .config import task_name
     from .tasks import train as train_task
 
+    if not isinstance(run_dir, (str, os.PathLike)) or not str(run_dir):
+        raise TypeError(f"run_dir must be a folder's path (a str or a Path), got {run_dir!r}")
+    if overrides is not None and (isinstance(overrides, str) or not isinstance(overrides, (list, tuple))):
+        raise TypeError(f"overrides must be a list of 'section.key=value' strings, got {overrides!r}")
     if isinstance(config, (str, Path)):
         config = load_config(config, overrides or [])
     elif overrides:
         raise TypeError("overrides apply to a recipe name or path; a config object is already resolved")
+    else:
+        try:
+            task_name(config)
+        except ConfigError:
+            raise TypeError(
+                f"config must be a run config (load_config) or a recipe's path or name, got {config!r:.60}"
+            ) from None
     return train_task(config, run_dir, quiet=quiet)

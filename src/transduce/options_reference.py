@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .config import RUN_CONFIGS, task_config_class
+from .config.bounds import BOUNDS
 from .outputs import atomic_write_text
 
 COMMAND = "python scripts/options_reference.py"
@@ -171,12 +172,14 @@ def _paragraphs(paragraphs: list[str]) -> list[str]:
 
 
 def _full_table(table: Table, skip: Sequence[str] = ()) -> list[str]:
-    lines = ["| key | type | default | help |", "| --- | --- | --- | --- |"]
+    lines = ["| key | type | default | range | help |", "| --- | --- | --- | --- | --- |"]
     for f in dataclasses.fields(table.cls):
         if f.name in skip:
             continue
         default = value_text(getattr(table.defaults, f.name))
-        cells = [_code(f.name), _code(type_text(f.type)), _code(default), _cell(field_help(table.cls, f.name))]
+        bound = BOUNDS.get(f"{table.section}.{f.name}")
+        cells = [_code(f.name), _code(type_text(f.type)), _code(default), bound.describe() if bound else ""]
+        cells.append(_cell(field_help(table.cls, f.name)))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -206,7 +209,10 @@ def render() -> str:
         "A recipe is a TOML file whose tables are the sections below; `--set section.key=value` overrides any key on "
         "the command line (the value is TOML; a bare word is a string). Unknown keys and wrong types are refused "
         "with the key named. Types: `float` also takes an integer; `tuple[str, ...]` is a list of strings (one string "
-        "is also taken); `X | None`: leave the key out for None (TOML has no null).",
+        "is also taken); `X | None`: leave the key out for None (TOML has no null). A number must be finite (NaN and "
+        "infinity are refused) and within its range (config/bounds.py's table, which the command-line flags read "
+        "too), wherever it is read: a recipe, `--set`, a run's config.json, the Python API; a model or a training "
+        "batch that cannot fit the machine's memory is refused before anything is allocated (config/memory.py).",
         "",
         "## The top level",
         "",

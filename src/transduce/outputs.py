@@ -63,7 +63,7 @@ def read_manifest(folder: str | Path) -> dict | None:
     of a run's or a prepared-data folder's manifest comes here, so one of another format is refused here."""
     try:
         data = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # unreadable, or nested too deeply: not a manifest of ours
         return None
     if not isinstance(data, dict) or "kind" not in data:
         return None

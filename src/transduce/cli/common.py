@@ -5,9 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import MBR_UTILITIES
-
-MAX_BEAM = 64  # a beam allocates beam x sentences decoder rows: bounded so a typo cannot exhaust memory
-MAX_BATCH_TOKENS = 1_000_000
+from ..config.bounds import check_value
 
 
 def input_path(path: str | None) -> Path:
@@ -18,21 +16,35 @@ def input_path(path: str | None) -> Path:
 
 
 def check_decoding(args) -> None:
+    """The decoding flags against the settings' own bounds (config/bounds.py: --beam is decode.beam's 1-64)."""
     from ..config import ConfigError
 
     beam, nbest = args.beam, getattr(args, "nbest", 1)
-    if beam is not None and not 1 <= beam <= MAX_BEAM:
-        raise ConfigError(f"--beam must be between 1 and {MAX_BEAM}, got {beam}")
-    if not 1 <= nbest <= MAX_BEAM:
-        raise ConfigError(f"--nbest must be between 1 and {MAX_BEAM}, got {nbest}")
+    flags: list[tuple[str, str, object, type]] = [("--beam", "decode.beam", beam, int)]
+    flags += [
+        ("--nbest", "decode.nbest", nbest, int),
+        ("--batch-tokens", "decode.batch_tokens", args.batch_tokens, int),
+    ]
+    flags += [
+        ("--alpha", "decode.alpha", args.alpha, float),
+        ("--patience", "decode.patience", _flag(args, "patience"), float),
+    ]
+    flags += [("--sampling-topk", "decode.sampling_topk", _flag(args, "sampling_topk"), int)]
+    flags += [("--sampling-topp", "decode.sampling_topp", _flag(args, "sampling_topp"), float)]
+    flags += [("--temperature", "decode.temperature", _flag(args, "temperature"), float)]
+    flags += [("--seed", "decode.seed", _flag(args, "seed"), int)]
+    for flag, key, value, kind in flags:
+        if value is not None:
+            check_value(key, value, name=flag, kind=kind)
     if beam is not None and nbest > beam:
         raise ConfigError(
             f"--nbest {nbest} is larger than --beam {beam}: a beam of {beam} finds at most {beam} translations"
         )
-    if args.batch_tokens is not None and not 1 <= args.batch_tokens <= MAX_BATCH_TOKENS:
-        raise ConfigError(f"--batch-tokens must be between 1 and {MAX_BATCH_TOKENS:,}, got {args.batch_tokens}")
-    if args.alpha is not None and not 0.0 <= args.alpha <= 10.0:
-        raise ConfigError(f"--alpha must be between 0 and 10, got {args.alpha}")
+
+
+def _flag(args, name: str):
+    """A decoding flag's value, None where the command has no such flag (parse has no sampling)."""
+    return getattr(args, name, None)
 
 
 def sacrebleu_tokenizers() -> list[str]:

@@ -37,8 +37,14 @@ PREPARE_OPTIONS = (
 
 def cmd_prepare(args) -> int:
     from ..config import DataConfig
+    from ..config.bounds import check_value
     from ..data import prepare
 
+    check_value("train.max_tokens", args.max_tokens, name="--max-tokens", kind=int)
+    numbers = {"vocab_size": int, "max_len": int, "max_ratio": float, "vocab_sample": int, "workers": int}
+    for name, kind in numbers.items():
+        if getattr(args, name) is not None:  # the settings' bounds, named by the flag that was given
+            check_value(f"data.{name}", getattr(args, name), name="--" + name.replace("_", "-"), kind=kind)
     options = {
         "train": args.train or "",
         "corpora": tuple(_corpus(text) for text in args.corpus),

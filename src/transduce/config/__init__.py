@@ -4,6 +4,9 @@
   `data` and `decode` sections and its run config, `Config`;
 - parsing.py, classification.py: the other tasks' run configs;
 - registry.py: the task registry, one line per task (its run config, Task, predictor and server spec);
+- bounds.py: the one table of every number's bounds (the sections' __post_init__ and the command-line flags read it)
+  and the check of a section's types, finiteness and bounds; memory.py: what a model and a training batch need in
+  memory, refused before anything is allocated; errors.py: ConfigError;
 - loading.py: TOML recipes, `--set section.key=value` overrides, a run's config.json; a recipe's `task` key picks
   the run config (from the registry; RUN_CONFIGS is its view name -> class).
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .bounds import check_section
 from .sections import ConfigError, ModelConfig, TrainConfig
 
 POOLINGS = ("mean", "cls", "flatten")
@@ -20,6 +21,7 @@ class HeadConfig:
     n_classes: int = 0  # 0 = from the training labels
 
     def __post_init__(self) -> None:
+        check_section(self, "head")  # types, finiteness and bounds.BOUNDS
         if self.pooling not in POOLINGS:
             raise ConfigError(f"head.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
 
@@ -42,10 +44,11 @@ class ClassifyDataConfig:
     truncate: str = "start"
 
     def __post_init__(self) -> None:
+        check_section(self, "data")  # types, finiteness and bounds.BOUNDS
         if self.truncate not in ("start", "end", "head_tail"):
             raise ConfigError(f"data.truncate must be 'start', 'end' or 'head_tail', got {self.truncate!r}")
-        if not 0.0 <= self.valid_fraction < 1.0:
-            raise ConfigError("data.valid_fraction must be in [0, 1)")
+        if self.model_type not in ("bpe", "unigram"):
+            raise ConfigError(f"data.model_type must be 'bpe' or 'unigram', got {self.model_type!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -179,6 +179,8 @@ def load_config(recipe: str | Path | None = None, overrides: typing.Sequence[str
 
 
 def apply_overrides(raw: dict, overrides: typing.Sequence[str], cls=None):
+    if isinstance(overrides, str) or not all(isinstance(text, str) for text in overrides):
+        raise TypeError(f"overrides must be a list of 'section.key=value' strings, got {overrides!r}")
     raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     for text in overrides:
         section, key, value = parse_override(text)
@@ -191,7 +193,7 @@ def save_config(config, path: Path) -> None:
     from ..outputs import atomic_write_text
 
     raw = {"task": task_name(config), **dataclasses.asdict(config)}
-    atomic_write_text(path, json.dumps(raw, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(raw, indent=2, allow_nan=False) + "\n")  # NaN is not JSON (never held)
 
 
 def read_config_dict(path: Path) -> dict:
@@ -199,6 +201,8 @@ def read_config_dict(path: Path) -> dict:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
         raise ConfigError(f"{path}: cannot read the run's config ({err})") from None
+    except RecursionError:  # JSON nested thousands of levels deep: no run's config is
+        raise ConfigError(f"{path}: cannot read the run's config (nested too deeply)") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: not a run config (a JSON object of sections)")
     return raw

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from .bounds import check_section
 from .sections import ConfigError, DecodeConfig, ModelConfig, TrainConfig, check_corpus
 
 
@@ -76,12 +77,9 @@ class ParseDataConfig:
     max_len: int = 400  # training and validation trees with more source pieces or target tokens are dropped
 
     def __post_init__(self) -> None:
-        if self.vocab_size <= 4:
-            raise ConfigError(f"data.vocab_size must be > 4, got {self.vocab_size}")
+        check_section(self, "data")  # types, finiteness and bounds.BOUNDS
         if self.model_type not in ("bpe", "unigram"):
             raise ConfigError(f"data.model_type must be 'bpe' or 'unigram', got {self.model_type!r}")
-        if self.max_len <= 0:
-            raise ConfigError(f"data.max_len must be positive, got {self.max_len}")
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -113,9 +111,7 @@ class ParseDecodeConfig(DecodeConfig):
                 f"decode.max_len_a ({self.max_len_a}) must be >= 1 and decode.max_len_b "
                 f"({self.max_len_b}) >= 3: a tree over n words needs n + 3 output tokens"
             )
-        if self.batch_tokens <= 0:
-            raise ConfigError(f"decode.batch_tokens must be positive, got {self.batch_tokens}")
-        if self.max_open_run == 1 or self.max_open_run < 0:
+        if self.max_open_run == 1:
             raise ConfigError(f"decode.max_open_run must be 0 (no bound) or >= 2, got {self.max_open_run}")
 
 

@@ -13,11 +13,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .bounds import check_section, check_value
+from .errors import ConfigError
+
 ACTIVATIONS = ("relu", "swish", "gelu")  # model.activation's values
-
-
-class ConfigError(ValueError):
-    """A configuration the user wrote cannot be used; the message says which key and why."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,26 +52,13 @@ class ModelConfig:
     output_bias: bool = False  # a bias on the pre-softmax projection (Marian's final_logits_bias); §3.4 has none
 
     def __post_init__(self) -> None:
-        for name in ("n_layers", "d_model", "d_ff", "n_heads", "max_len"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
-        for name in ("n_encoder_layers", "n_decoder_layers"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ConfigError(f"model.{name} must be >= 0, got {value}")
-        if self.vocab_size < 0:
-            raise ConfigError(f"model.vocab_size must be >= 0, got {self.vocab_size}")
+        check_section(self, "model")  # types, finiteness and bounds.BOUNDS (sizes: memory.py)
         if self.d_model % self.n_heads:
             raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"model.activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
         if self.positional not in ("sinusoidal", "learned"):
             raise ConfigError(f"model.positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
-        if self.attention_window is not None and self.attention_window < 0:
-            raise ConfigError(f"model.attention_window must be >= 0, got {self.attention_window}")
         for name in ("pad_id", "bos_id", "eos_id"):
             if not 0 <= getattr(self, name) < (self.vocab_size or getattr(self, name) + 1):
                 raise ConfigError(f"model.{name} ({getattr(self, name)}) must be a token id below vocab_size")
@@ -178,16 +164,11 @@ class DataConfig:
     tokenizer: str = ""
 
     def __post_init__(self) -> None:
-        if self.vocab_size <= 4:
-            raise ConfigError(f"data.vocab_size must be > 4, got {self.vocab_size}")
+        check_section(self, "data")  # types, finiteness and bounds.BOUNDS
         if self.model_type not in ("bpe", "unigram"):
             raise ConfigError(f"data.model_type must be 'bpe' or 'unigram', got {self.model_type!r}")
         if self.errors not in ("strict", "replace"):
             raise ConfigError(f"data.errors must be 'strict' or 'replace', got {self.errors!r}")
-        if self.max_len <= 0 or self.max_ratio <= 0:
-            raise ConfigError("data.max_len and data.max_ratio must be positive")
-        if self.vocab_sample < 1 or self.workers < 0:
-            raise ConfigError("data.vocab_sample must be positive and data.workers >= 0 (0: one per core)")
         check_tag(self.valid_tag, "data.valid_tag")
         if self.valid_tag and not self.valid:
             raise ConfigError("data.valid_tag tags the validation sources, but data.valid is empty")
@@ -258,6 +239,7 @@ class TrainConfig:
     init_from: str = ""
 
     def __post_init__(self) -> None:
+        check_section(self, "train")  # types, finiteness and bounds.BOUNDS
         if self.lr_schedule not in ("noam", "inverse_sqrt", "constant", "linear"):
             raise ConfigError(
                 f"train.lr_schedule must be 'noam', 'inverse_sqrt', 'constant' or 'linear', got {self.lr_schedule!r}"
@@ -268,29 +250,10 @@ class TrainConfig:
             raise ConfigError(
                 f"train.early_stop_metric must be 'loss', 'bleu', 'accuracy' or 'f1', got {self.early_stop_metric!r}"
             )
-        for name in (
-            "max_steps",
-            "pad_multiple",
-            "max_tokens",
-            "accumulate",
-            "warmup_steps",
-            "valid_every",
-            "save_every",
-            "keep_last",
-            "log_every",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)}")
-        if not 0 <= self.average_last <= self.keep_last:
+        if self.average_last > self.keep_last:
             raise ConfigError(
                 f"train.average_last must be between 0 and train.keep_last ({self.keep_last}), got {self.average_last}"
             )
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        if not 0.0 <= self.subword_sampling < 1.0:
-            raise ConfigError(f"train.subword_sampling must be in [0, 1), got {self.subword_sampling}")
-        if not 0.0 <= self.subtree_substitution <= 1.0:
-            raise ConfigError(f"train.subtree_substitution must be in [0, 1], got {self.subtree_substitution}")
         if self.lr_clock and (self.lr_schedule != "linear" or self.max_minutes <= 0):
             raise ConfigError(
                 "train.lr_clock needs train.lr_schedule = 'linear' and a train.max_minutes budget to decay over, "
@@ -331,10 +294,10 @@ class DecodeConfig:
     seed: int = 0  # sampling's seed: with each sentence's index in the input, it seeds the sentence's draws
 
     def __post_init__(self) -> None:
-        check_sampling(self.sampling_topk, self.sampling_topp, self.temperature)
+        check_section(self, "decode")  # types, finiteness and bounds.BOUNDS
         if self.mbr not in MBR_UTILITIES:
             raise ConfigError(f"decode.mbr must be one of {', '.join(MBR_UTILITIES)}, got {self.mbr!r}")
-        if self.beam <= 0 or self.nbest <= 0 or self.nbest > self.beam:
+        if self.nbest > self.beam:
             raise ConfigError(f"decode.beam ({self.beam}) and decode.nbest ({self.nbest}) need 1 <= nbest <= beam")
         if self.length_penalty not in ("gnmt", "length", "none"):
             raise ConfigError(f"decode.length_penalty must be 'gnmt', 'length' or 'none', got {self.length_penalty!r}")
@@ -342,19 +305,16 @@ class DecodeConfig:
 
 
 def check_sampling(topk: int, topp: float, temperature: float) -> None:
-    """decode.sampling_topk / sampling_topp / temperature (and their flags): top-k >= 0, top-p in (0, 1], T > 0."""
-    if topk < 0:
-        raise ConfigError(f"the sampling top-k must be 0 (the whole vocabulary) or more, got {topk}")
-    if not 0.0 < topp <= 1.0:
-        raise ConfigError(f"the sampling top-p must be in (0, 1], got {topp}")
-    if not temperature > 0.0:
-        raise ConfigError(f"the sampling temperature must be above 0, got {temperature}")
+    """decode.sampling_topk / sampling_topp / temperature (and their flags): their bounds.BOUNDS (top-k >= 0, top-p
+    in (0, 1], T in (0, 100])."""
+    check_value("decode.sampling_topk", topk, name="the sampling top-k", kind=int)
+    check_value("decode.sampling_topp", topp, name="the sampling top-p")
+    check_value("decode.temperature", temperature, name="the sampling temperature")
 
 
 def check_patience(patience: float, beam: int, nbest: int) -> None:
     """decode.patience (and --patience): 0 (the exact stop) or enough finished hypotheses for the n-best list."""
-    if not 0.0 <= patience <= 100.0:
-        raise ConfigError(f"the patience must be between 0 and 100 (0: the exact stop), got {patience}")
+    check_value("decode.patience", patience, name="the patience")
     if patience and beam * patience < nbest:
         ends = f"a patience of {patience} ends a sentence after {beam * patience:g} finished hypotheses"
         raise ConfigError(f"{ends}, fewer than the {nbest} asked for")

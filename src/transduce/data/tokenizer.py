@@ -53,9 +53,13 @@ class Tokenizer:
             self.meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
         except (OSError, ValueError) as err:
             raise TokenizerError(f"{meta_path}: cannot read the tokenizer's settings ({err})") from None
+        except RecursionError:  # nested thousands of levels deep
+            raise TokenizerError(f"{meta_path}: cannot read the tokenizer's settings (nested too deeply)") from None
         if not isinstance(self.meta, dict):
             raise TokenizerError(f"{meta_path}: the tokenizer's settings are not a JSON object")
-        self.lowercase = bool(self.meta.get("lowercase", False))
+        self.lowercase = self.meta.get("lowercase", False)
+        if not isinstance(self.lowercase, bool):  # "false" (a string) would be true
+            raise TokenizerError(f'{meta_path}: "lowercase" must be true or false, got {self.lowercase!r}')
         ids = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
         if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise TokenizerError(

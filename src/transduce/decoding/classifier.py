@@ -19,6 +19,7 @@ from ..data.tokenizer import Tokenizer
 from ..device import pick_device
 from ..model.classifier import TransformerClassifier
 from ..training.checkpoint import find_weights, load_weights
+from .front import check_sentences
 
 LABELS = "labels.json"  # RUN/labels.json: the class names, in the order of the model's outputs
 
@@ -58,7 +59,7 @@ class Classifier:
         """(len(texts), classes) probabilities; one string is one text (a (classes,) row comes back)."""
         if isinstance(texts, str):
             return self.predict_proba([texts])[0]
-        texts = list(texts)
+        texts = check_sentences(texts)
         d = self.config.data
         if d.strip_html:
             texts = [HTML_TAG.sub(" ", t) for t in texts]

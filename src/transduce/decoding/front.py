@@ -6,12 +6,13 @@ written twice, once per engine)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from ..config import ConfigError, DecodeConfig, check_patience, check_sampling
+from ..config import MBR_UTILITIES, ConfigError, DecodeConfig, check_patience, check_sampling
+from ..config.bounds import check_value
 from ..data.tokenizer import Tokenizer, TokenizerError
 from .mbr import mbr_rerank
 from .search import Sampling
@@ -49,6 +50,30 @@ class Options:
     tag: str = ""  # a tag (data.corpora's) put before every source: `translate --tag`; empty: none
 
 
+LENGTH_PENALTIES = ("gnmt", "length", "none")
+_KINDS = {"beam": int, "nbest": int, "batch_tokens": int, "sampling_topk": int, "seed": int}
+
+
+def check_sentences(sentences: object) -> list[str]:
+    """The sentences a caller gives a predictor, as a list: a sequence of strings, each one Unicode text (a lone
+    surrogate is not). Anything else is refused in one message of ours (TypeError: not text; ValueError: not
+    Unicode), before a tokenizer or the model sees it."""
+    if isinstance(sentences, (str, bytes, bytearray)) or not isinstance(sentences, Iterable):
+        raise TypeError(f"expected a list of strings, got {type(sentences).__name__}")
+    sentences = list(sentences)
+    for i, text in enumerate(sentences):
+        if not isinstance(text, str):
+            raise TypeError(f"sentence {i} is {type(text).__name__} {text!r:.40}, not a string")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ValueError(
+                f"sentence {i} holds a lone surrogate (U+{ord(text[err.start]):04X} at character {err.start}), "
+                "which is not a Unicode character"
+            ) from None
+    return sentences
+
+
 def options(
     decode: DecodeConfig,
     *,
@@ -65,9 +90,19 @@ def options(
     seed: int | None = None,
     tag: str | None = None,
 ) -> Options:
-    """The call's options, checked: 1 <= nbest <= beam, and a patience that lets the search find them all.
+    """The call's options, checked: each given one against its decode.* setting's bounds (config/bounds.py, the
+    message naming the keyword), 1 <= nbest <= beam, and a patience that lets the search find them all.
     Sampling (a top-k other than 1) draws one translation per sentence: the beam is 1 unless the caller asks for
     another, which is refused, as are an n-best list and MBR."""
+    numbers = dict(beam=beam, alpha=alpha, nbest=nbest, batch_tokens=batch_tokens, patience=patience)
+    numbers.update(sampling_topk=sampling_topk, sampling_topp=sampling_topp, temperature=temperature, seed=seed)
+    for name, value in numbers.items():
+        if value is not None:
+            check_value(f"decode.{name}", value, name=name, kind=_KINDS.get(name, float))
+    if length_penalty is not None and length_penalty not in LENGTH_PENALTIES:
+        raise ConfigError(f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got {length_penalty!r}")
+    if mbr is not None and mbr not in MBR_UTILITIES:
+        raise ConfigError(f"mbr must be one of {', '.join(MBR_UTILITIES)}, got {mbr!r}")
     sampling = _sampling(decode, topk=sampling_topk, topp=sampling_topp, temperature=temperature, seed=seed)
     mbr = decode.mbr if mbr is None else mbr
     if sampling is not None:
@@ -149,6 +184,7 @@ def decode_lines(
     (`cut_sources`), `groups` the positions in those ids that go through one search call, `search` per source its
     `settings.nbest` hypotheses, best first, given the sources and their line indices in `sentences` (which seed
     sampling). Empty lines are never searched."""
+    sentences = check_sentences(sentences)
     results: list[list[Translation]] = [[] for _ in sentences]
     todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
     sources, cut = encode([sentences[i] for i in todo])

@@ -24,6 +24,7 @@ from ..config import (
     config_from_dict,
     read_config_dict,
 )
+from ..config.bounds import check_value
 from ..data.pointers import pointer_targets, word_positions
 from ..data.text import DataError
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
@@ -35,6 +36,7 @@ from ..model.pointer import PointerCache
 from ..training.checkpoint import find_weights, load_weights
 from .constraints import LEAF, TreeConstraint, TreeState
 from .ensemble import Ensemble, EnsembleCache
+from .front import check_sentences
 from .search import beam_search, greedy_search
 from .translator import AttentionMaps
 
@@ -144,7 +146,10 @@ class Parser:
         if isinstance(sentences, str):
             raise TypeError("parse_trees takes a list of sentences: parse_trees([sentence])")
         return self.parse_words(
-            [[escape_word(w) for w in s.split()] for s in sentences], beam=beam, alpha=alpha, progress=progress
+            [[escape_word(w) for w in s.split()] for s in check_sentences(sentences)],
+            beam=beam,
+            alpha=alpha,
+            progress=progress,
         )
 
     def _sources(self, sentences: Sequence[list[str]]) -> tuple[list[list[int]], list[list[int]]]:
@@ -184,8 +189,8 @@ class Parser:
         d = self.decode
         beam = d.beam if beam is None else beam
         alpha = d.alpha if alpha is None else alpha
-        if beam < 1:
-            raise ConfigError(f"beam must be at least 1, got {beam}")
+        check_value("decode.beam", beam, name="beam", kind=int)  # the bounds of config/bounds.py
+        check_value("decode.alpha", alpha, name="alpha")
         sources, starts = self._sources(sentences)
         todo = [i for i, s in enumerate(sentences) if s]
         results: list[Tree | None] = [None] * len(sentences)

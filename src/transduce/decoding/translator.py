@@ -153,7 +153,7 @@ class Translator:
         sentence: its list of translations comes back (a list of strings gets a list per sentence)."""
         if isinstance(sentences, str):
             return self.decode_lines([sentences], **kwargs).hypotheses[0]
-        return self.decode_lines(list(sentences), **kwargs).hypotheses
+        return self.decode_lines(sentences, **kwargs).hypotheses
 
     def decode_lines(
         self,
@@ -242,7 +242,7 @@ class Translator:
         string is one sentence: its translation comes back as a string."""
         if isinstance(sentences, str):
             return self.translate([sentences], **kwargs)[0]
-        return [hyps[0].text if hyps else "" for hyps in self.decode_lines(list(sentences), **kwargs).hypotheses]
+        return [hyps[0].text if hyps else "" for hyps in self.decode_lines(sentences, **kwargs).hypotheses]
 
     def score(
         self,

@@ -58,7 +58,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import Config, ConfigError, DecodeConfig, ModelConfig, read_config
+from ..config import Config, ConfigError, DecodeConfig, ModelConfig, config_from_dict, read_config
+from ..config.bounds import check_value
 from ..data.marian import load_tokenizer
 from ..data.tokenizer import Tokenizer
 from ..decoding import front
@@ -353,9 +354,10 @@ class CTranslate2Translator:
         if not is_export(folder):
             raise ExportError(f"{folder}: not a transduce CTranslate2 export (no {MANIFEST})")
         self.manifest = read_manifest(folder) or {}
-        self.max_len = int(self.manifest["model"]["max_len"])
-        if decode is None:
-            decode = DecodeConfig(**self.manifest["decode"])
+        self.max_len = self.manifest["model"]["max_len"]
+        check_value("model.max_len", self.max_len, name=f"{folder / MANIFEST}: model.max_len", kind=int)
+        if decode is None:  # the export's decode settings, read as a run's config.json is (keys, types, bounds)
+            decode = config_from_dict({"decode": self.manifest["decode"]}, Config).decode
             if decode.length_penalty == "gnmt":
                 decode = dataclasses.replace(decode, length_penalty="length")
         self.decode = decode

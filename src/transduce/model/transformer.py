@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
+from ..config.memory import check_fits, model_shape
 
 
 # §3.5 Positional encoding ------------------------------------------------------------------------------------------
@@ -422,6 +423,7 @@ class Transformer(nn.Module):
         super().__init__()
         if config.vocab_size <= 0:
             raise ConfigError("model.vocab_size is not set (it normally comes from the tokenizer)")
+        check_fits(model_shape(config))  # a run's config.json may ask for more than the machine has: refused first
         self.config = config
         src_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id)
         # §3.4: with a shared vocabulary, one matrix for both embeddings and the pre-softmax projection.

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import json
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -283,6 +282,7 @@ def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str
     """The run's name, its task (a name of the task registry) and its languages (None when it has none), read from
     the run's config.json (its "task"; a config without one is a classifier's when it has a "head" section), or for
     a CTranslate2 export folder (which keeps no run config) from its manifest."""
+    from ..config import read_config_dict
     from ..outputs import read_manifest
     from ..training.checkpoint import find_weights
 
@@ -296,7 +296,7 @@ def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str
             named = (read_manifest(run) or {}).get("languages") or {}
             return Path(run).resolve().name, "translation", languages(named.get("source"), named.get("target"))
     run_dir = find_weights(run)[0]
-    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    config = read_config_dict(run_dir / "config.json")  # one line for an unreadable one (issue 65)
     kind = config.get("task") or ("classification" if "head" in config else "translation")
     data = config.get("data", {})
     return run_dir.resolve().name, kind, languages(data.get("src"), data.get("tgt"))

@@ -31,7 +31,9 @@ import torch
 from tqdm import tqdm
 
 from ..config import ConfigError, TrainConfig
+from ..config.memory import check_fits, run_shape
 from ..data.batching import update_groups
+from ..device import device_memory
 from ..model import cpu_speed
 from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_if_bare
 from .budget import TimeBudget, check_time_limit, log_forecast
@@ -55,6 +57,9 @@ def train_task(task_cls: type[Task], config: Any, run_dir: str | Path, *, quiet:
     run_dir = Path(run_dir)
     ranks, device = setup_distributed(config.train.device)
     check_precision(config.train, device)
+    available, where = device_memory(device)
+    check_fits(run_shape(config), available=available, where=where)  # before the data is prepared or a byte allocated
+    check_task_settings(task_cls, config.train)
     # glibc keeps freed blocks for this run only (train.cpu_speed; the setting is the whole process's)
     keep_memory = device.type == "cpu" and config.train.cpu_speed
     with _global_switches_restored(), open_run(run_dir, ranks, task_cls.name), cpu_speed.freed_memory_kept(keep_memory):
@@ -112,6 +117,15 @@ def open_run(run_dir: Path, ranks: Ranks, task: str):
 
 def check_setup(task: Task, tc: TrainConfig) -> None:
     """Everything that can be known before step 1 is checked before step 1 (not at the first validation)."""
+    check_task_settings(task, tc)
+    if tc.patience > 0 and not task.has_validation:
+        raise ConfigError(f"train.patience is {tc.patience} but there is no validation data (set data.valid)")
+    task.check()
+
+
+def check_task_settings(task: type[Task] | Task, tc: TrainConfig) -> None:
+    """The training settings a task's kind decides (its metrics, what it can sample or fine-tune; `task`: its class or
+    an instance): checked before its data is prepared (issue 65: a bad setting was refused only after it)."""
     if tc.early_stop_metric not in task.metrics:
         raise ConfigError(
             f"train.early_stop_metric {tc.early_stop_metric!r} does not apply to this task "
@@ -125,9 +139,6 @@ def check_setup(task: Task, tc: TrainConfig) -> None:
         raise ConfigError(f"train.subtree_substitution applies to parsing runs, not to {task.name}")
     if tc.init_from and not getattr(task, "fine_tunes", False):
         raise ConfigError(f"train.init_from applies to translation runs, not to {task.name}")
-    if tc.patience > 0 and not task.has_validation:
-        raise ConfigError(f"train.patience is {tc.patience} but there is no validation data (set data.valid)")
-    task.check()
 
 
 def run_training(
