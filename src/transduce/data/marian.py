@@ -35,7 +35,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     meta = path.with_suffix(".json")
     try:
         kind = json.loads(meta.read_text(encoding="utf-8")).get("kind") if meta.is_file() else None
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         kind = None  # Tokenizer names the unreadable settings file
     return MarianVocab(path) if kind == KIND else Tokenizer(path)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +205,7 @@ TRANSLATION = TaskSpec(
     lambda p: hasattr(p, "translate_nbest"),
     translation_batch,
     translation_routes,
-    lambda p: {"decode_defaults": asdict(decode_defaults(p)), "attention": hasattr(p, "attention")},
+    lambda p: {"decode_defaults": decode_defaults(p).shown(), "attention": hasattr(p, "attention")},
 )
 CLASSIFICATION = TaskSpec(
     lambda p: hasattr(p, "predict_proba") and hasattr(p, "labels"),
@@ -217,7 +217,7 @@ PARSING = TaskSpec(
     lambda p: hasattr(p, "parse_trees"),
     parsing_batch,
     parsing_routes,
-    lambda p: {"decode_defaults": asdict(decode_defaults(p)), "attention": hasattr(p, "attention")},
+    lambda p: {"decode_defaults": decode_defaults(p).shown(), "attention": hasattr(p, "attention")},
 )
 
 

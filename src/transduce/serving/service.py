@@ -61,6 +61,10 @@ class DecodeOptions:
     tag: str | None = None
     alone: int = 0
 
+    def shown(self) -> dict[str, Any]:
+        """What /v1/info reports of the defaults: beam, alpha and nbest."""
+        return {"beam": self.beam, "alpha": self.alpha, "nbest": self.nbest}
+
     def decoding(self) -> dict[str, Any]:
         """The keyword arguments of the predictor's decoding call beyond beam, alpha and nbest."""
         topk, topp, temperature, seed = self.sampling
