@@ -29,7 +29,16 @@ from ..config import DataConfig
 
 if TYPE_CHECKING:
     pass
-from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_leftovers, remove_own_folder
+from ..outputs import (
+    OutputError,
+    claim_folder,
+    exclusive,
+    exclusive_output,
+    read_manifest,
+    remove_if_bare,
+    remove_leftovers,
+    remove_own_folder,
+)
 from .cache import reuse_or_build
 from .corpus import ParallelCorpus, TokenArrays
 from .stream import (
@@ -197,7 +206,7 @@ def prepare(
     }
     stats = _input_stats(files)  # before the digests: a file changed while it is read shows at the end
     digests = _input_digests(files)
-    key = _cache_key(config, files, digests, tokenizer_digest)
+    key = _cache_key(_keyed_paths(config), files, digests, tokenizer_digest)
     work = out_dir.parent / f".partial-{out_dir.name}-{key}"
 
     def build(tmp: Path) -> dict:
@@ -207,11 +216,33 @@ def prepare(
             raise DataError(f"{changed[0]}: changed while it was being prepared; run the command again")
         return {**summary, "input_stats": stats}
 
-    summary = reuse_or_build(out_dir, key, digests, build, frozen=frozen, log=log)
+    created = next((p for p in reversed(out_dir.parents) if not p.exists()), None)  # the topmost new parent
+    out_dir.parent.mkdir(parents=True, exist_ok=True)  # the lock file lives beside the output
+    try:
+        # one prepare into out_dir at a time: the lock covers the temporary and partial folders beside it too
+        with exclusive_output(out_dir, "preparing data"):
+            remove_leftovers(out_dir.parent, out_dir.name, exact=True)  # what a killed prepare left (ours only)
+            summary = reuse_or_build(out_dir, key, digests, build, frozen=frozen, log=log)
+            if summary is not None:
+                remove_own_folder(work, PARTIAL)
+    except BaseException:
+        if created is not None:  # refused or failed: the folders made for it go again when nothing is in them
+            remove_if_bare(created)
+        raise
     if summary is not None:
-        remove_own_folder(work, PARTIAL)
         log(format_summary(summary))
     return load_prepared(out_dir)
+
+
+def _keyed_paths(config: DataConfig) -> DataConfig:
+    """The data paths as the cache key reads them: a relative prefix normalised (`./p/tr`, `p//tr` and `p/../p/tr`
+    are `p/tr`: one cache), so the key of a path spelt plainly, and of an absolute one, stays what it was (a run
+    being resumed finds its cache by it). Where the files are is in the key anyway: their contents' digests."""
+
+    def keyed(prefix: str) -> str:
+        return prefix if not prefix or Path(prefix).is_absolute() else os.path.normpath(prefix)
+
+    return replace(config, train=keyed(config.train), valid=keyed(config.valid), test=tuple(map(keyed, config.test)))
 
 
 def _input_stats(files: dict[str, tuple[Path, Path]]) -> dict[str, list[int]]:
@@ -239,11 +270,6 @@ def _prepare_resumable(config: DataConfig, files: dict, out: Path, key: str, max
         with exclusive(work, "preparing data"):
             if resumed:
                 log(f"data: continuing the interrupted prepare kept in {work}")
-            # what a prepare killed while joining its chunks left beside the cache (not this one's folder)
-            name = stem[len(".partial-") :]  # "NAME-"
-            for left in [*out.parent.glob(f".tmp-{name}*"), *out.parent.glob(f".old-{name}*")]:
-                if left != out:
-                    shutil.rmtree(left, ignore_errors=True)
             return _prepare_into(config, files, out, work, max_tokens, log)
     except DataError:
         remove_own_folder(work, PARTIAL)  # the inputs are at fault: once fixed, their key (and folder) differ
@@ -362,7 +388,9 @@ def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, 
     workers = config.workers or os.cpu_count() or 1
     pool = None
     if workers > 1 and files["train"][0].stat().st_size > CHUNK_LINES * 16:  # more than a chunk or so of text
-        pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_ignore_interrupts)
+        pool = ProcessPoolExecutor(
+            workers, mp_context=get_context("spawn"), initializer=_start_worker, initargs=(os.getpid(),)
+        )
     results: dict[str, list] = {}
     pending: deque = deque()
     done = reused = 0
@@ -420,8 +448,41 @@ def _check_line_counts(src_path: Path, tgt_path: Path, n_src: int, n_tgt: int) -
         )
 
 
-def _ignore_interrupts() -> None:  # worker processes: Ctrl-C is the main process's to handle (it saves nothing)
+def _start_worker(parent: int) -> None:
+    """An encoding worker: Ctrl-C is the main process's to handle (a worker saves nothing), and the worker dies with
+    its parent. A `prepare` killed with SIGKILL cannot stop its workers: without this they lived on as orphans,
+    blocked for good, and kept multiprocessing's resource tracker alive too (issue 65 item 5)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the thread that made it ends (Linux)
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel send this process SIGKILL when its parent (pid `parent`) ends: prctl(PR_SET_PDEATHSIG) on
+    Linux; where prctl is missing, a daemon thread that watches for the parent's end. A parent gone already (before
+    this ran) ends the process at once."""
+    import ctypes
+    import threading
+    import time
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        armed = False
+    if os.getppid() != parent:  # the parent ended before the signal was armed
+        os._exit(1)
+    if armed:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _join_chunks(split: str, folders: list[Path], out: Path, id_dtype: str, *, text: bool) -> ParallelCorpus:
