@@ -109,6 +109,7 @@ class Case:
     keep: tuple[str, ...] = ()  # files ({tmp}-relative templates) whose contents must not change
     sentinels: tuple[str, ...] = ()  # folders that get a sentinel file before the command
     absent: tuple[str, ...] = ()  # paths the refused command must not leave behind (an empty run folder)
+    empty: tuple[str, ...] = ()  # the user's empty folders: made before the command, still there and empty after
     marks: list = field(default_factory=list)
 
 
@@ -295,6 +296,11 @@ CASES = {
         ("no such file",),
         absent=("{tmp}/c",),
     ),
+    "train with a missing corpus into the user's empty folder": Case(
+        ["train", "{recipe}", "--out", "{tmp}/mine", "--set", "data.train='{tmp}/nope'"],
+        ("no such file",),
+        empty=("{tmp}/mine",),
+    ),
     "train with a missing corpus into a new nested folder": Case(
         ["train", "{recipe}", "--out", "{tmp}/new/deeper/r", "--set", "data.train='{tmp}/nope'"],
         ("no such file",),
@@ -387,6 +393,8 @@ def test_bad_input_is_one_line_and_destroys_nothing(name, env, capsys):
         case.setup(env)
     fmt = lambda s: s.format(**vars(env))
     sentinels = [put_sentinel(Path(fmt(folder))) for folder in case.sentinels]
+    for folder in case.empty:
+        Path(fmt(folder)).mkdir(parents=True)
     before = {p: Path(fmt(p)).read_bytes() for p in case.keep}
     result = transduce(capsys, *map(fmt, case.argv))
     assert_one_line_error(result, *map(fmt, case.needles), code=case.code)
@@ -395,6 +403,8 @@ def test_bad_input_is_one_line_and_destroys_nothing(name, env, capsys):
         assert Path(fmt(p)).read_bytes() == data, f"{fmt(p)} was changed"
     for p in case.absent:
         assert not Path(fmt(p)).exists(), f"{fmt(p)} was left behind"
+    for p in case.empty:
+        assert Path(fmt(p)).is_dir() and not list(Path(fmt(p)).iterdir()), f"{fmt(p)} was removed or written into"
 
 
 # Cases that need more than one command ------------------------------------------------------------------------------
