@@ -168,6 +168,25 @@ def _earlier_format(folder: str, copy_of: str | None = None):
     return setup
 
 
+def _run_of_task(task: str):
+    """{tmp}/other: a copy of the run whose config.json names another task (what such a run's config says first)."""
+
+    def setup(e):
+        shutil.copytree(e.run, e.tmp / "other")
+        config = json.loads((e.run / "config.json").read_text())
+        (e.tmp / "other" / "config.json").write_text(json.dumps({**config, "task": task}))
+
+    return setup
+
+
+def _exported(e):
+    pytest.importorskip("ctranslate2")
+    from transduce.export.ctranslate2 import export_ctranslate2
+
+    export_ctranslate2(e.run, e.tmp / "ct2")
+
+
+CT2_EXPORT = ("ct2: a CTranslate2 export, not a run directory", "--engine ctranslate2")
 PREPARE = ["prepare", "--train", "{corpus}/train", "--src", "en", "--tgt", "xx", "--vocab-size", "60"]
 EARLIER_RUN = ("{run}: a run made by another version of transduce (format 0;", "train again into a new --out")
 EARLIER_DATA = ("{tmp}/old: prepared data made by another version of transduce", "remove it and prepare again")
@@ -378,6 +397,60 @@ CASES = {
         ("averaged.safetensors: ", "holds NaN or infinite values"),
         setup=_nan_weights,
     ),
+    # issue 65 item 10: counts below what they can be, refused before anything is made, naming the flag
+    "prepare --vocab-sample 10": Case(
+        [*PREPARE, "--vocab-sample", "10", "--out", "{tmp}/d"], ("--vocab-sample must be at least 101", "got 10")
+    ),
+    "prepare --vocab-sample 0": Case(
+        [*PREPARE, "--vocab-sample", "0", "--out", "{tmp}/d"], ("--vocab-sample must be at least 101", "got 0")
+    ),
+    "prepare --workers -1": Case([*PREPARE, "--workers", "-1", "--out", "{tmp}/d"], ("--workers must be 0",)),
+    "train with data.vocab_sample = 50": Case(
+        ["train", "{recipe}", "--out", "{tmp}/r", "--set", "data.vocab_sample=50"],
+        ("data.vocab_sample (prepare --vocab-sample) must be at least 101",),
+        absent=("{tmp}/r",),
+    ),
+    # issue 65 item 8: the data.prepared folder of a run being resumed, moved or deleted
+    "resume a run whose data.prepared folder is gone": Case(
+        ["train", "--out", "{run}", "--set", "train.max_steps=1000"],
+        ("gone: the prepared data this run trains on (data.prepared) is missing", "--set data.prepared=NEW"),
+        setup=lambda e: (e.run / "config.json").write_text(
+            json.dumps(
+                {
+                    **(c := json.loads((e.run / "config.json").read_text())),
+                    "data": {**c["data"], "prepared": str(e.tmp / "gone")},
+                }
+            )
+        ),
+        keep=("{run}/config.json",),
+    ),
+    "train on a data.prepared folder that does not exist": Case(
+        ["train", "{recipe}", "--out", "{tmp}/r", "--set", "data.prepared='{tmp}/gone'"],
+        ("gone: no such folder (data.prepared names a folder made by `transduce prepare`)",),
+        absent=("{tmp}/r",),
+    ),
+    # issue 65 item 7: a run given to another task's command says what it is and which commands take it
+    "translate a classifier run": Case(
+        ["translate", "{tmp}/other", "--input", "{tmp}/text.en"],
+        ("other: a classification run, not a translation run", "`transduce classify predict`"),
+        setup=_run_of_task("classification"),
+    ),
+    "attention on a classifier run": Case(
+        ["attention", "{tmp}/other", *ONE, "--out", "{tmp}/pics"],
+        ("a classification run, not a translation run",),
+        setup=_run_of_task("classification"),
+        absent=("{tmp}/pics",),
+    ),
+    "export a parsing run": Case(
+        ["export", "ctranslate2", "{tmp}/other", "--out", "{tmp}/ct2"],
+        ("other: a parsing run, not a translation run", "`transduce parse`"),
+        setup=_run_of_task("parsing"),
+        absent=("{tmp}/ct2",),
+    ),
+    "translate with a CTranslate2 export, no engine": Case(
+        ["translate", "{tmp}/ct2", "--input", "{tmp}/text.en"], CT2_EXPORT, setup=_exported
+    ),
+    "serve a CTranslate2 export, no engine": Case(["serve", "{tmp}/ct2", "--port", "0"], CT2_EXPORT, setup=_exported),
     "invalid UTF-8 in score": Case(
         ["score", "--hyp", "{tmp}/bad.txt", "--ref", "{tmp}/text.en"],
         ("bad.txt:1", "--errors replace"),
@@ -403,6 +476,8 @@ def test_bad_input_is_one_line_and_destroys_nothing(name, env, capsys):
         assert Path(fmt(p)).read_bytes() == data, f"{fmt(p)} was changed"
     for p in case.absent:
         assert not Path(fmt(p)).exists(), f"{fmt(p)} was left behind"
+    if case.argv[0] == "prepare":  # nothing beside the output either: no work folder, no lock file
+        assert not [p.name for p in env.tmp.glob(".*") if p.name.startswith((".partial-", ".tmp-", ".d."))]
     for p in case.empty:
         assert Path(fmt(p)).is_dir() and not list(Path(fmt(p)).iterdir()), f"{fmt(p)} was removed or written into"
 

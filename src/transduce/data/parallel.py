@@ -197,6 +197,7 @@ def prepare(
     the chunks it finished (kept beside `out_dir` in .partial-NAME-KEY until the cache is complete).
     """
     out_dir = Path(out_dir)
+    check_vocab_sample(config)
     config, tokenizer_digest = with_tokenizer(config)
     prefixes = split_prefixes(config)
     # absolute paths: the summary records where the training text is (read again by subword sampling)
@@ -243,6 +244,16 @@ def _keyed_paths(config: DataConfig) -> DataConfig:
         return prefix if not prefix or Path(prefix).is_absolute() else os.path.normpath(prefix)
 
     return replace(config, train=keyed(config.train), valid=keyed(config.valid), test=tuple(map(keyed, config.test)))
+
+
+def check_vocab_sample(config: DataConfig) -> None:
+    """data.vocab_sample at SentencePiece's floor or above, refused before anything is made (SentencePiece's own
+    refusal was an internal check's text, after a .partial folder was made)."""
+    if not config.tokenizer and config.vocab_sample < MIN_VOCAB_SAMPLE:
+        raise DataError(
+            f"data.vocab_sample (prepare --vocab-sample) must be at least {MIN_VOCAB_SAMPLE} (SentencePiece samples "
+            f"no fewer sentences), got {config.vocab_sample}"
+        )
 
 
 def _input_stats(files: dict[str, tuple[Path, Path]]) -> dict[str, list[int]]:
@@ -377,6 +388,7 @@ class _Counted:
 
 
 VOCAB_SAMPLE_SEED = 20170612  # the seeded sample of training sentences the vocabulary is learned from
+MIN_VOCAB_SAMPLE = 101  # SentencePiece's input_sentence_size must be 0 (all) or above 100
 
 
 def _encode_chunks(config: DataConfig, files: dict, work: Path, tokenizer: str, id_dtype: str, log) -> dict:
@@ -540,6 +552,8 @@ def _write_joined(path: Path, parts: Callable[[], Iterator[np.ndarray]], dtype: 
 def open_prepared(folder: str | Path) -> Prepared:
     """A folder that `transduce prepare` made, opened read-only (data.prepared); anything else is refused."""
     folder = Path(folder)
+    if not folder.exists():
+        raise DataError(f"{folder}: no such folder (data.prepared names a folder made by `transduce prepare`)")
     manifest = read_manifest(folder)
     if not folder.is_dir() or manifest is None or manifest["kind"] != "data" or not (folder / "summary.json").is_file():
         raise DataError(f"{folder}: not a data folder made by `transduce prepare` (data.prepared names one)")

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import Config, ConfigError, DecodeConfig, ModelConfig, read_config
+from ..config import ConfigError, DecodeConfig, ModelConfig
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from ..decoding import front
 from ..decoding.front import Decoded, Translation
@@ -66,7 +66,7 @@ from ..decoding.search import Sampling, length_penalty
 from ..decoding.translator import PairScore
 from ..model import Transformer
 from ..outputs import MANIFEST, atomic_folder, check_replaceable, read_manifest
-from ..training.checkpoint import find_weights, load_weights
+from ..training.checkpoint import find_weights, load_weights, read_run_config
 
 KIND = "ctranslate2-export"  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
 FORMAT_VERSION = 1
@@ -223,7 +223,7 @@ def export_ctranslate2(run: str | Path, out: str | Path, *, quantization: str | 
     out = Path(out)
     check_replaceable(out, KIND)  # refuse early, before the work
     run_dir, weights = find_weights(run)
-    config = read_config(run_dir / "config.json", Config)
+    config = read_run_config(run_dir, "translation")
     tokenizer = Tokenizer(run_dir / "tokenizer.model")
     check_exportable(config.model, tokenizer)  # before loading weights: refuse early
     model = Transformer(config.model)
