@@ -5,6 +5,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -181,6 +182,26 @@ def test_a_full_disk_is_one_line_and_the_previous_cache_is_untouched(tmp_path, c
     monkeypatch.setattr(parallel_module, "encode_chunk", real)
     assert main([*args, "--vocab-size", "50"]) == 0  # space again: it continues and finishes
     assert json.loads((out / "summary.json").read_text())["vocab_size"] == 50
+
+
+@pytest.mark.parametrize("where", ["encoding", "joining"])
+def test_a_full_disk_names_the_file_being_written(tmp_path, chunked, capsys, monkeypatch, where):
+    """A write that fails for space raises errno 28 without a file name (f.write names nothing): the one line
+    still says which file (issue 65 item 9: `No space left on device (the disk is full)`, nowhere)."""
+    train = write_corpus(tmp_path, "train", 300)
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")  # what a write of a full disk raises: no file name
+
+    if where == "encoding":  # every chunk's arrays
+        monkeypatch.setattr(np, "save", no_space)
+    else:  # every joined array's header, written first
+        monkeypatch.setattr(np.lib.format, "write_array_header_1_0", no_space)
+    args = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--vocab-size", "60", "--workers", "1"]
+    assert main([*args, "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    named = r"chunks/train-0+: " if where == "encoding" else r"\.tmp-out-[0-9a-f]{8}/train\.lines\.npy: "
+    assert re.search(named + r"No space left on device \(the disk is full\)$", err), err
 
 
 def test_the_vocabulary_learns_from_a_seeded_sample_of_a_large_corpus(tmp_path):

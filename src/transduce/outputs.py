@@ -251,6 +251,18 @@ def remove_own_folder(path: Path, kind: str) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def names_file(path: str | Path) -> Iterator[None]:
+    """An OSError raised without a file name inside (a write's: a full disk's errno 28 comes from f.write, which
+    names nothing) is raised again naming `path`, so its one line says where (issue 65 item 9)."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None and err.errno is not None:
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from None
+        raise
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 

@@ -34,6 +34,7 @@ from ..outputs import (
     claim_folder,
     exclusive,
     exclusive_output,
+    names_file,
     read_manifest,
     remove_if_bare,
     remove_leftovers,
@@ -515,7 +516,7 @@ def _join_chunks(split: str, folders: list[Path], out: Path, id_dtype: str, *, t
         _write_joined(out / f"{split}.{side}.offsets.npy", partial(_running_offsets, lengths), np.int64)
         _write_joined(out / f"{split}.{side}.ids.npy", parts(f"{side}.ids"), np.dtype(id_dtype))
         if text:
-            with open(out / f"{split}.{side}.txt", "wb") as dst:
+            with names_file(out / f"{split}.{side}.txt"), open(out / f"{split}.{side}.txt", "wb") as dst:
                 for f in folders:
                     with open(f / f"{side}.txt", "rb") as src:
                         shutil.copyfileobj(src, dst)
@@ -542,7 +543,7 @@ def _write_joined(path: Path, parts: Callable[[], Iterator[np.ndarray]], dtype: 
     a memory map count as the process's memory while it is mapped)."""
     total = sum(len(p) for p in parts())
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (total,)}
-    with open(path, "wb") as f:
+    with names_file(path), open(path, "wb") as f:  # a full disk's error names the file
         np.lib.format.write_array_header_1_0(f, header)
         for p in parts():
             f.write(np.ascontiguousarray(p, dtype=dtype).tobytes())
