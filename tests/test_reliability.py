@@ -451,6 +451,12 @@ CASES = {
         ["translate", "{tmp}/ct2", "--input", "{tmp}/text.en"], CT2_EXPORT, setup=_exported
     ),
     "serve a CTranslate2 export, no engine": Case(["serve", "{tmp}/ct2", "--port", "0"], CT2_EXPORT, setup=_exported),
+    # issue 65 item 13: refused before a picture is written
+    "attention --token 99": Case(
+        ["attention", "{run}", *ONE, "--out", "{tmp}/pics", "--token", "99"],
+        ("--token 99: the sentence has",),
+        absent=("{tmp}/pics",),
+    ),
     "invalid UTF-8 in score": Case(
         ["score", "--hyp", "{tmp}/bad.txt", "--ref", "{tmp}/text.en"],
         ("bad.txt:1", "--errors replace"),
@@ -557,6 +563,18 @@ def test_errors_replace_reads_invalid_utf8(env, capsys):
         capsys, "score", "--hyp", env.tmp / "bad.txt", "--ref", env.tmp / "ref.txt", "--errors", "replace"
     )
     assert result.code == 0 and "BLEU" in result.out
+
+
+def test_score_of_empty_translations_is_bleu_0_and_a_file_of_no_lines_is_refused(env, capsys):
+    """An untrained model's output, 20 empty lines, is a real hypothesis file: BLEU 0, not "the file is empty"
+    (issue 65 item 13); a file of no lines at all is refused by the line counts."""
+    (env.tmp / "hyp.txt").write_text("\n" * 20)
+    (env.tmp / "ref.txt").write_text("the dog sees a cat\n" * 20)
+    result = transduce(capsys, "score", "--hyp", env.tmp / "hyp.txt", "--ref", env.tmp / "ref.txt")
+    assert result.code == 0 and result.out.startswith("BLEU = 0.00 "), result.out + result.err
+    (env.tmp / "none.txt").write_bytes(b"")
+    result = transduce(capsys, "score", "--hyp", env.tmp / "none.txt", "--ref", env.tmp / "ref.txt")
+    assert_one_line_error(result, "none.txt has 0 lines but", "ref.txt has 20")
 
 
 def test_shipped_recipes_load_by_name_from_any_directory(env):
