@@ -572,7 +572,27 @@ def load_prepared(root: str | Path) -> Prepared:
         }
     except (OSError, KeyError, ValueError, TokenizerError) as err:
         raise DataError(f"{root}: not a prepared data folder ({err})") from None
+    for name, corpus in splits.items():
+        for side, arrays in (("src", corpus.src), ("tgt", corpus.tgt)):
+            _check_ids(root / f"{name}.{side}.ids.npy", arrays.ids, tokenizer.vocab_size)
     return Prepared(root, tokenizer, splits, summary)
+
+
+ID_BLOCK = 1 << 24  # ids checked per block (a memory map read in blocks: 32 MB of uint16 at a time)
+
+
+def _check_ids(path: Path, ids: np.ndarray, vocab_size: int) -> None:
+    """Every id within the vocabulary: a folder whose ids are not (damaged, or made with another tokenizer) is
+    refused in one line on load (it gave an IndexError in the embedding, at the first batch that held one)."""
+    for start in range(0, len(ids), ID_BLOCK):
+        block = ids[start : start + ID_BLOCK]
+        low, high = int(block.min()), int(block.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise DataError(
+                f"{path}: token id {bad} is outside the vocabulary of {vocab_size} pieces (its tokenizer.model): "
+                "the folder is damaged or was not made with this tokenizer; prepare it again"
+            )
 
 
 def format_summary(summary: dict) -> str:
