@@ -1,11 +1,16 @@
 """Paper-scale data (issue 48): the streaming prepare (chunks, worker processes, resumable), memory-mapped caches,
 vectorised batching, and training from a prepared folder (data.prepared). Tiny corpora, cut into many chunks."""
 
+import contextlib
 import gzip
 import hashlib
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -463,18 +468,14 @@ def test_the_cache_key_does_not_change_with_how_a_path_is_spelt(tmp_path, monkey
     assert parallel_module._keyed_paths(absolute) == absolute
 
 
-def test_workers_die_with_a_killed_prepare(tmp_path):
-    """`kill -9` of a prepare while its workers encode: the workers and multiprocessing's resource tracker end with
-    it instead of living on as orphans (issue 65 item 5). The workers are held inside their first chunk (a slow
-    encoder, imported by the spawned workers from the test's folder), so the kill lands while they work."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
+@contextlib.contextmanager
+def held_prepare(tmp_path: Path, train: str, *, workers: int, out: str = "out"):
+    """`transduce prepare` as a real process whose chunk encoder (in the main process for --workers 1, else in each
+    worker, which imports it from tmp_path) marks that it started and then waits for good: yields the process once
+    `workers` encoders wait, so a kill or a second command lands while it works. Everything it started is killed
+    at the end."""
     if not Path("/proc/self/stat").exists():
         pytest.skip("reads the process tree from /proc (Linux)")
-    train = write_corpus(tmp_path, "train", 400)
     (tmp_path / "slow_chunk.py").write_text(
         "import os, time\n"
         "def encode_chunk(job):\n"
@@ -487,15 +488,33 @@ def test_workers_die_with_a_killed_prepare(tmp_path):
         "parallel.CHUNK_LINES, parallel.encode_chunk = 32, slow_chunk.encode_chunk\n"
         "from transduce.cli import main\n"
         f"main(['prepare', '--train', {train!r}, '--src', 'en', '--tgt', 'xx', '--vocab-size', '60', "
-        f"'--workers', '2', '--out', {str(tmp_path / 'out')!r}])\n"
+        f"'--workers', '{workers}', '--out', {str(tmp_path / out)!r}])\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
-        while len(list(tmp_path.glob("started-*"))) < 2:
+        while len(list(tmp_path.glob("started-*"))) < workers:
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the workers never started"
+            assert time.monotonic() < deadline, "the encoders never started"
             time.sleep(0.1)
+        yield proc
+    finally:
+        for pid in descendants(proc.pid) if proc.poll() is None else []:
+            os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait(timeout=30)
+        for marker in tmp_path.glob("started-*"):  # what the test started, should any have outlived the parent
+            pid = int(marker.name.split("-")[1])
+            if is_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_workers_die_with_a_killed_prepare(tmp_path):
+    """`kill -9` of a prepare while its workers encode: the workers and multiprocessing's resource tracker end with
+    it instead of living on as orphans (issue 65 item 5). The workers are held inside their first chunk (a slow
+    encoder, imported by the spawned workers from the test's folder), so the kill lands while they work."""
+    train = write_corpus(tmp_path, "train", 400)
+    with held_prepare(tmp_path, train, workers=2) as proc:
         family = descendants(proc.pid)
         assert len(family) >= 3, family  # two workers and the resource tracker
         proc.send_signal(signal.SIGKILL)
@@ -504,14 +523,20 @@ def test_workers_die_with_a_killed_prepare(tmp_path):
         while (alive := [pid for pid in family if is_alive(pid)]) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert alive == [], f"outlived their parent: {alive}"
-    finally:
-        proc.kill()
-        for pid in descendants(proc.pid) if proc.poll() is None else []:
-            os.kill(pid, signal.SIGKILL)
-        for marker in tmp_path.glob("started-*"):  # what the test started, should any have outlived the parent
-            pid = int(marker.name.split("-")[1])
-            if is_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_second_prepare_process_into_the_same_out_is_refused_while_the_first_works(tmp_path, capsys):
+    """Two `prepare` commands into one --out, the second with other options while the first encodes (issue 65
+    item 6: the second deleted the first's live temporary folder): refused in one line; the first's folders stay."""
+    train = write_corpus(tmp_path, "train", 400)
+    with held_prepare(tmp_path, train, workers=1):
+        live = sorted(p.name for p in tmp_path.glob(".*-out*"))
+        assert any(name.startswith(".tmp-out-") for name in live) and any(".partial-out-" in n for n in live)
+        args = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--vocab-size", "50", "--workers", "1"]
+        assert main([*args, "--out", str(tmp_path / "out")]) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "another process (pid" in err and "preparing data" in err
+        assert sorted(p.name for p in tmp_path.glob(".*-out*")) == live
 
 
 def descendants(pid: int) -> list[int]:

@@ -197,7 +197,7 @@ def prepare(
     the run's model was trained on the old vocabulary and token ids. A prepare that was interrupted continues from
     the chunks it finished (kept beside `out_dir` in .partial-NAME-KEY until the cache is complete).
     """
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).absolute()  # `--out .` has a name and a parent: the lock and leftovers are beside it
     check_vocab_sample(config)
     config, tokenizer_digest = with_tokenizer(config)
     prefixes = split_prefixes(config)
