@@ -65,10 +65,10 @@ from ..decoding.front import Decoded, Translation
 from ..decoding.search import Sampling, length_penalty
 from ..decoding.translator import PairScore
 from ..model import Transformer
-from ..outputs import MANIFEST, atomic_folder, check_replaceable, read_manifest
+from ..outputs import CT2_EXPORT, MANIFEST, atomic_folder, check_replaceable, read_manifest
 from ..training.checkpoint import find_weights, load_weights, read_run_config
 
-KIND = "ctranslate2-export"  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
+KIND = CT2_EXPORT  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
 FORMAT_VERSION = 1
 # The weight types CTranslate2's `ModelSpec.optimize(quantization=...)` accepts.
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")

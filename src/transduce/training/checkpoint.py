@@ -27,6 +27,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file, save_model
 
 from ..outputs import (
+    CT2_EXPORT,
     OutputError,
     atomic_folder,
     atomic_write,
@@ -322,9 +323,7 @@ def _locate_weights(path: Path) -> tuple[Path, Path]:
         )
     if path.is_dir() and (path / "model.safetensors").is_file():  # a checkpoint folder
         return path.parent.parent, path / "model.safetensors"
-    from ..export.ctranslate2 import KIND as EXPORT  # (the module imports ctranslate2 only when it is used)
-
-    if path.is_dir() and (read_manifest(path) or {}).get("kind") == EXPORT:  # it has a config.json: CTranslate2's
+    if path.is_dir() and (read_manifest(path) or {}).get("kind") == CT2_EXPORT:  # its config.json: CTranslate2's
         raise CheckpointError(
             f"{path}: a CTranslate2 export, not a run directory (it holds no PyTorch weights): give it with "
             "--engine ctranslate2 (CTranslate2Translator.from_run in Python)"
