@@ -444,6 +444,29 @@ def test_a_second_prepare_into_the_same_out_is_refused_and_spares_the_first_ones
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "train.en", "train.xx"]  # and the lock file gone
 
 
+def test_a_cache_beside_which_nothing_can_be_written_is_still_reused(tmp_path, monkeypatch):
+    """The lock file goes beside --out; on a read-only file system (a shared cache) it cannot be made, and no one
+    can write there either: the cache is reused as before the lock existed."""
+    import errno
+
+    from transduce import outputs
+
+    train = write_corpus(tmp_path, "train", 60)
+    cfg = DataConfig(train=train, src="en", tgt="xx", vocab_size=60, workers=1)
+    prepare(cfg, tmp_path / "out", log=lambda _: None)
+    real = outputs.open_own
+
+    def read_only(path, flags):
+        if str(path).endswith(f".out{outputs.LOCK}"):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real(path, flags)
+
+    monkeypatch.setattr(outputs, "open_own", read_only)
+    messages: list[str] = []
+    prepare(cfg, tmp_path / "out", log=messages.append)
+    assert "reusing" in messages[0]
+
+
 def test_a_refused_prepare_leaves_no_parent_folders(tmp_path, capsys):
     train = write_corpus(tmp_path, "train", 20)
     Path(f"{train}.xx").write_text("\n" * 20)  # blank on one side: refused once the vocabulary step reads it

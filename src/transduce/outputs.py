@@ -365,11 +365,18 @@ def exclusive_output(final: str | Path, what: str) -> Iterator[None]:
     """Hold an exclusive lock on the output `final` and everything made beside it for it (its `.tmp-`, `.old-` and
     `.partial-` folders), whether `final` exists yet or not: flock on PARENT/.NAME.transduce.lock, a file removed
     again when done. A second writer is refused at once, in one line. A lock file a killed holder left is taken
-    over; one removed by its holder between our open and our lock is opened anew (its inode is checked)."""
+    over; one removed by its holder between our open and our lock is opened anew (its inode is checked). Where
+    the parent cannot be written (a read-only cache being reused) no one can write beside `final`: nothing to lock."""
     final = Path(final)
     path = final.parent / f".{final.name}{LOCK}"
     while True:
-        fd = open_own(path, os.O_RDWR | os.O_CREAT)
+        try:
+            fd = open_own(path, os.O_RDWR | os.O_CREAT)
+        except OSError as err:
+            if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            yield
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
