@@ -62,6 +62,21 @@ def test_prepare_encodes_every_split_and_reuses_its_cache(tmp_path):
     assert changed.tokenizer.vocab_size == 50
 
 
+def test_a_prepared_folder_with_ids_beyond_its_vocabulary_is_refused_on_load(tmp_path, capsys):
+    """Ids at or past the vocabulary (a damaged folder, another tokenizer's ids) gave an IndexError in the
+    embedding at the first batch holding one: refused in one line on load, naming the file (issue 65)."""
+    from transduce.data.parallel import open_prepared
+
+    out = tmp_path / "prepared"
+    prepare(config(write_corpus(tmp_path, "train", 60)), out, log=lambda _: None)
+    path = out / "train.tgt.ids.npy"
+    ids = np.load(path)
+    ids[len(ids) // 2] = 60  # the vocabulary has 60 pieces: ids 0 to 59
+    np.save(path, ids)
+    with pytest.raises(DataError, match=r"train\.tgt\.ids\.npy: token id 60 is outside the vocabulary of 60"):
+        open_prepared(out)
+
+
 def test_mismatched_line_counts_are_refused(tmp_path):
     train = write_corpus(tmp_path, "train", 50)
     with open(f"{train}.xx", "a") as f:

@@ -181,11 +181,27 @@ def test_a_model_cast_to_bf16_still_decodes_on_cpu():
 def test_auto_picks_bf16_only_where_it_is_clearly_faster():
     from transduce.training.precision import BF16_MARGIN, resolve_cpu_auto
 
-    assert resolve_cpu_auto(None, False, lambda: (1.0, 0.5))[0] == "bf16"
-    assert resolve_cpu_auto(None, False, lambda: (1.0, 0.95))[0] == "fp32"  # faster, but not clearly
-    assert resolve_cpu_auto(None, False, lambda: (1.0, BF16_MARGIN))[0] == "bf16"
-    pick, line = resolve_cpu_auto(None, False, lambda: (0.2, 0.4))
+    def rounds(fp32, bf16):
+        return lambda: ([fp32] * 5, [bf16] * 5)
+
+    assert resolve_cpu_auto(None, False, rounds(1.0, 0.5))[0] == "bf16"
+    assert resolve_cpu_auto(None, False, rounds(1.0, 0.95))[0] == "fp32"  # faster, but not clearly
+    assert resolve_cpu_auto(None, False, rounds(1.0, BF16_MARGIN))[0] == "bf16"
+    pick, line = resolve_cpu_auto(None, False, rounds(0.2, 0.4))
     assert pick == "fp32" and "0.200 s per batch in float32" in line and "0.400 s in bfloat16" in line
+
+
+def test_auto_does_not_pick_bf16_from_timings_within_the_noise():
+    """Issue 65: under load one timing kept bf16 where it was ~3.5x slower. The rounds are paired (one batch in
+    both modes); bf16 needs to be clearly faster by the median and the faster in every round, else float32."""
+    from transduce.training.precision import resolve_cpu_auto
+
+    # a busy machine: two rounds where float32 was slowed by something else, three where bf16 is 3.5x slower
+    fp32, bf16 = [3.0, 3.0, 0.2, 0.2, 3.0], [0.7, 0.7, 0.7, 0.7, 0.7]
+    pick, line = resolve_cpu_auto(None, False, lambda: (fp32, bf16))
+    assert pick == "fp32" and "too noisy to pick bf16" in line and "5 rounds" in line
+    steady = resolve_cpu_auto(None, False, lambda: ([1.0, 1.1, 0.9, 1.0, 1.2], [0.5, 0.6, 0.4, 0.5, 0.6]))
+    assert steady[0] == "bf16" and "noisy" not in steady[1]
 
 
 def test_auto_keeps_a_runs_pick_and_an_older_run_stays_float32():
@@ -211,7 +227,7 @@ def test_the_trial_leaves_weights_gradients_and_random_state_as_they_were(tmp_pa
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
     fp32, bf16 = time_modes(task, model, config.train, torch.device("cpu"))
-    assert fp32 > 0 and bf16 > 0
+    assert len(fp32) == len(bf16) == 5 and min(fp32) > 0 and min(bf16) > 0  # one of each per round
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
     assert torch.equal(torch.get_rng_state(), rng)
@@ -223,7 +239,7 @@ def test_auto_on_cpu_logs_its_pick_trains_with_it_and_keeps_it_on_resume(tmp_pat
     seen = []
     real_wrap = loop._wrap
     monkeypatch.setattr(loop, "_wrap", lambda *a: seen.append(a[-1]) or real_wrap(*a))
-    monkeypatch.setattr(loop, "time_modes", lambda *a: (1.0, 0.4))  # the trial's timings, fixed
+    monkeypatch.setattr(loop, "time_modes", lambda *a: ([1.0] * 5, [0.4] * 5))  # the trial's timings, fixed
     recipe = tiny_recipe(tmp_path / "r.toml", toy_corpus, steps=10, save_every=10)
     train(load_config(recipe, ["train.precision=auto"]), tmp_path / "run", quiet=True)
     log = (tmp_path / "run" / "train.log").read_text(encoding="utf-8")

@@ -109,6 +109,7 @@ class Case:
     keep: tuple[str, ...] = ()  # files ({tmp}-relative templates) whose contents must not change
     sentinels: tuple[str, ...] = ()  # folders that get a sentinel file before the command
     absent: tuple[str, ...] = ()  # paths the refused command must not leave behind (an empty run folder)
+    empty: tuple[str, ...] = ()  # the user's empty folders: made before the command, still there and empty after
     marks: list = field(default_factory=list)
 
 
@@ -177,6 +178,15 @@ def _run_setting(section: str, key: str, value):
         raw[section][key] = value
         path.write_text(json.dumps(raw))
 
+
+def _run_of_task(task: str):
+    """{tmp}/other: a copy of the run whose config.json names another task (what such a run's config says first)."""
+
+    def setup(e):
+        shutil.copytree(e.run, e.tmp / "other")
+        config = json.loads((e.run / "config.json").read_text())
+        (e.tmp / "other" / "config.json").write_text(json.dumps({**config, "task": task}))
+
     return setup
 
 
@@ -215,6 +225,14 @@ def _refused_setting(setting: str, *needles: str) -> Case:
     )
 
 
+def _exported(e):
+    pytest.importorskip("ctranslate2")
+    from transduce.export.ctranslate2 import export_ctranslate2
+
+    export_ctranslate2(e.run, e.tmp / "ct2")
+
+
+CT2_EXPORT = ("ct2: a CTranslate2 export, not a run directory", "--engine ctranslate2")
 PREPARE = ["prepare", "--train", "{corpus}/train", "--src", "en", "--tgt", "xx", "--vocab-size", "60"]
 EARLIER_RUN = ("{run}: a run made by another version of transduce (format 0;", "train again into a new --out")
 EARLIER_DATA = ("{tmp}/old: prepared data made by another version of transduce", "remove it and prepare again")
@@ -342,6 +360,11 @@ CASES = {
         ["classify", "train", "{cls_recipe}", "--out", "{tmp}/c", "--set", "data.train='{tmp}/nope.tsv'"],
         ("no such file",),
         absent=("{tmp}/c",),
+    ),
+    "train with a missing corpus into the user's empty folder": Case(
+        ["train", "{recipe}", "--out", "{tmp}/mine", "--set", "data.train='{tmp}/nope'"],
+        ("no such file",),
+        empty=("{tmp}/mine",),
     ),
     "train with a missing corpus into a new nested folder": Case(
         ["train", "{recipe}", "--out", "{tmp}/new/deeper/r", "--set", "data.train='{tmp}/nope'"],
@@ -519,10 +542,6 @@ CASES = {
         ("--max-ratio must be a finite number, got nan",),
         absent=("{tmp}/d",),
     ),
-    "prepare --vocab-sample 0": Case(
-        [*PREPARE, "--vocab-sample", "0", "--out", "{tmp}/d"], ("--vocab-sample must be at least 1, got 0",)
-    ),
-    "prepare --workers -1": Case([*PREPARE, "--workers", "-1", "--out", "{tmp}/d"], ("--workers must be at least 0",)),
     "prepare --max-tokens 0": Case(
         [*PREPARE, "--max-tokens", "0", "--out", "{tmp}/d"], ("--max-tokens must be at least 1, got 0",)
     ),
@@ -533,6 +552,66 @@ CASES = {
     "translate --temperature inf": Case(
         ["translate", "{run}", "--input", "{tmp}/text.en", "--sampling-topk", "0", "--temperature", "inf"],
         ("--temperature must be a finite number, got inf",),
+    ),
+    # issue 65 item 10: counts below what they can be, refused before anything is made, naming the flag
+    "prepare --vocab-sample 10": Case(
+        [*PREPARE, "--vocab-sample", "10", "--out", "{tmp}/d"], ("--vocab-sample must be at least 101", "got 10")
+    ),
+    "prepare --vocab-sample 0": Case(
+        [*PREPARE, "--vocab-sample", "0", "--out", "{tmp}/d"], ("--vocab-sample must be at least 101", "got 0")
+    ),
+    "prepare --workers -1": Case([*PREPARE, "--workers", "-1", "--out", "{tmp}/d"], ("--workers must be 0",)),
+    "train with data.vocab_sample = 50": Case(
+        ["train", "{recipe}", "--out", "{tmp}/r", "--set", "data.vocab_sample=50"],
+        ("data.vocab_sample (prepare --vocab-sample) must be at least 101",),
+        absent=("{tmp}/r",),
+    ),
+    # issue 65 item 8: the data.prepared folder of a run being resumed, moved or deleted
+    "resume a run whose data.prepared folder is gone": Case(
+        ["train", "--out", "{run}", "--set", "train.max_steps=1000"],
+        ("gone: the prepared data this run trains on (data.prepared) is missing", "--set data.prepared=NEW"),
+        setup=lambda e: (e.run / "config.json").write_text(
+            json.dumps(
+                {
+                    **(c := json.loads((e.run / "config.json").read_text())),
+                    "data": {**c["data"], "prepared": str(e.tmp / "gone")},
+                }
+            )
+        ),
+        keep=("{run}/config.json",),
+    ),
+    "train on a data.prepared folder that does not exist": Case(
+        ["train", "{recipe}", "--out", "{tmp}/r", "--set", "data.prepared='{tmp}/gone'"],
+        ("gone: no such folder (data.prepared names a folder made by `transduce prepare`)",),
+        absent=("{tmp}/r",),
+    ),
+    # issue 65 item 7: a run given to another task's command says what it is and which commands take it
+    "translate a classifier run": Case(
+        ["translate", "{tmp}/other", "--input", "{tmp}/text.en"],
+        ("other: a classification run, not a translation run", "`transduce classify predict`"),
+        setup=_run_of_task("classification"),
+    ),
+    "attention on a classifier run": Case(
+        ["attention", "{tmp}/other", *ONE, "--out", "{tmp}/pics"],
+        ("a classification run, not a translation run",),
+        setup=_run_of_task("classification"),
+        absent=("{tmp}/pics",),
+    ),
+    "export a parsing run": Case(
+        ["export", "ctranslate2", "{tmp}/other", "--out", "{tmp}/ct2"],
+        ("other: a parsing run, not a translation run", "`transduce parse`"),
+        setup=_run_of_task("parsing"),
+        absent=("{tmp}/ct2",),
+    ),
+    "translate with a CTranslate2 export, no engine": Case(
+        ["translate", "{tmp}/ct2", "--input", "{tmp}/text.en"], CT2_EXPORT, setup=_exported
+    ),
+    "serve a CTranslate2 export, no engine": Case(["serve", "{tmp}/ct2", "--port", "0"], CT2_EXPORT, setup=_exported),
+    # issue 65 item 13: refused before a picture is written
+    "attention --token 99": Case(
+        ["attention", "{run}", *ONE, "--out", "{tmp}/pics", "--token", "99"],
+        ("--token 99: the sentence has",),
+        absent=("{tmp}/pics",),
     ),
     "invalid UTF-8 in score": Case(
         ["score", "--hyp", "{tmp}/bad.txt", "--ref", "{tmp}/text.en"],
@@ -549,6 +628,8 @@ def test_bad_input_is_one_line_and_destroys_nothing(name, env, capsys):
         case.setup(env)
     fmt = lambda s: s.format(**vars(env))
     sentinels = [put_sentinel(Path(fmt(folder))) for folder in case.sentinels]
+    for folder in case.empty:
+        Path(fmt(folder)).mkdir(parents=True)
     before = {p: Path(fmt(p)).read_bytes() for p in case.keep}
     result = transduce(capsys, *map(fmt, case.argv))
     assert_one_line_error(result, *map(fmt, case.needles), code=case.code)
@@ -557,6 +638,10 @@ def test_bad_input_is_one_line_and_destroys_nothing(name, env, capsys):
         assert Path(fmt(p)).read_bytes() == data, f"{fmt(p)} was changed"
     for p in case.absent:
         assert not Path(fmt(p)).exists(), f"{fmt(p)} was left behind"
+    if case.argv[0] == "prepare":  # nothing beside the output either: no work folder, no lock file
+        assert not [p.name for p in env.tmp.glob(".*") if p.name.startswith((".partial-", ".tmp-", ".d."))]
+    for p in case.empty:
+        assert Path(fmt(p)).is_dir() and not list(Path(fmt(p)).iterdir()), f"{fmt(p)} was removed or written into"
 
 
 # Cases that need more than one command ------------------------------------------------------------------------------
@@ -634,6 +719,18 @@ def test_errors_replace_reads_invalid_utf8(env, capsys):
         capsys, "score", "--hyp", env.tmp / "bad.txt", "--ref", env.tmp / "ref.txt", "--errors", "replace"
     )
     assert result.code == 0 and "BLEU" in result.out
+
+
+def test_score_of_empty_translations_is_bleu_0_and_a_file_of_no_lines_is_refused(env, capsys):
+    """An untrained model's output, 20 empty lines, is a real hypothesis file: BLEU 0, not "the file is empty"
+    (issue 65 item 13); a file of no lines at all is refused by the line counts."""
+    (env.tmp / "hyp.txt").write_text("\n" * 20)
+    (env.tmp / "ref.txt").write_text("the dog sees a cat\n" * 20)
+    result = transduce(capsys, "score", "--hyp", env.tmp / "hyp.txt", "--ref", env.tmp / "ref.txt")
+    assert result.code == 0 and result.out.startswith("BLEU = 0.00 "), result.out + result.err
+    (env.tmp / "none.txt").write_bytes(b"")
+    result = transduce(capsys, "score", "--hyp", env.tmp / "none.txt", "--ref", env.tmp / "ref.txt")
+    assert_one_line_error(result, "none.txt has 0 lines but", "ref.txt has 20")
 
 
 def test_shipped_recipes_load_by_name_from_any_directory(env):

@@ -1,10 +1,16 @@
 """Paper-scale data (issue 48): the streaming prepare (chunks, worker processes, resumable), memory-mapped caches,
 vectorised batching, and training from a prepared folder (data.prepared). Tiny corpora, cut into many chunks."""
 
+import contextlib
 import gzip
 import hashlib
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +189,26 @@ def test_a_full_disk_is_one_line_and_the_previous_cache_is_untouched(tmp_path, c
     assert json.loads((out / "summary.json").read_text())["vocab_size"] == 50
 
 
+@pytest.mark.parametrize("where", ["encoding", "joining"])
+def test_a_full_disk_names_the_file_being_written(tmp_path, chunked, capsys, monkeypatch, where):
+    """A write that fails for space raises errno 28 without a file name (f.write names nothing): the one line
+    still says which file (issue 65 item 9: `No space left on device (the disk is full)`, nowhere)."""
+    train = write_corpus(tmp_path, "train", 300)
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")  # what a write of a full disk raises: no file name
+
+    if where == "encoding":  # every chunk's arrays
+        monkeypatch.setattr(np, "save", no_space)
+    else:  # every joined array's header, written first
+        monkeypatch.setattr(np.lib.format, "write_array_header_1_0", no_space)
+    args = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--vocab-size", "60", "--workers", "1"]
+    assert main([*args, "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    named = r"chunks/train-0+: " if where == "encoding" else r"\.tmp-out-[0-9a-f]{8}/train\.lines\.npy: "
+    assert re.search(named + r"No space left on device \(the disk is full\)$", err), err
+
+
 def test_the_vocabulary_learns_from_a_seeded_sample_of_a_large_corpus(tmp_path):
     train = write_corpus(tmp_path, "train", 400)
     messages: list[str] = []
@@ -359,11 +385,204 @@ def test_preparing_again_keeps_what_the_user_put_in_the_folder(tmp_path, capsys)
 
 
 def test_a_prepare_killed_while_joining_leaves_nothing_after_the_next(tmp_path):
-    """A kill while the chunks are joined leaves the temporary cache (.tmp-NAME-*) beside the output: the next
-    prepare into that folder removes it (under the work folder's lock, never its own)."""
+    """A kill while the chunks are joined leaves the temporary cache (.tmp-NAME-*, marked ours by its manifest)
+    beside the output: the next prepare into that folder removes it (under the output's lock, never its own)."""
+    from transduce.outputs import WRITING, write_manifest
+
     train = write_corpus(tmp_path, "train", 80)
-    left = tmp_path / ".tmp-out-k1ll3d"
+    left = tmp_path / ".tmp-out-0123abcd"
     left.mkdir()
+    write_manifest(left, WRITING, of="data")
     (left / "train.src.ids.npy").write_bytes(b"half")
     prepare(DataConfig(train=train, src="en", tgt="xx", vocab_size=60, workers=1), tmp_path / "out", log=lambda _: None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "train.en", "train.xx"]
+
+
+def test_a_prepare_killed_between_its_renames_gets_its_old_cache_back_and_spares_others(tmp_path):
+    """Killed between moving the old cache aside (.old-NAME-*) and the new one in: the next prepare puts the old
+    cache back in place, the user's file in it included, and leaves what is not its own (a user's folder of that
+    pattern, the temporary folder of `--out out-2`) untouched (issue 65 item 2d: all were deleted unread)."""
+    from transduce.outputs import WRITING, write_manifest
+
+    train = write_corpus(tmp_path, "train", 80)
+    cfg = DataConfig(train=train, src="en", tgt="xx", vocab_size=60, workers=1)
+    prepare(cfg, tmp_path / "out", log=lambda _: None)
+    (tmp_path / "out" / "NOTES.txt").write_text("the user's notes\n")
+    aside = tmp_path / ".old-out-89abcdef"  # as outputs._replace_folder leaves it when killed after its first rename
+    aside.mkdir()
+    (tmp_path / "out").rename(aside / "out")
+    other = tmp_path / ".tmp-out-2-01234567"  # `prepare --out out-2` at work
+    other.mkdir()
+    write_manifest(other, WRITING, of="data")
+    users = tmp_path / ".old-out-mine"
+    users.mkdir()
+    (users / "keep.txt").write_text("mine\n")
+    messages: list[str] = []
+    prepare(cfg, tmp_path / "out", log=messages.append)
+    assert "reusing" in messages[0]  # the old cache, back in place, is the one these inputs make
+    assert (tmp_path / "out" / "NOTES.txt").read_text() == "the user's notes\n"
+    assert not aside.exists() and other.is_dir() and (users / "keep.txt").is_file()
+
+
+def test_a_second_prepare_into_the_same_out_is_refused_and_spares_the_first_ones_folders(tmp_path, capsys):
+    """While one prepare works on --out (its lock held, its temporary folder live), a second one into the same
+    --out, with other options, is refused in one line and deletes nothing of the first one's (issue 65 item 6)."""
+    from transduce.outputs import WRITING, exclusive_output, write_manifest
+
+    train = write_corpus(tmp_path, "train", 80)
+    out = tmp_path / "out"
+    with exclusive_output(out, "preparing data"):  # as the first prepare holds it
+        live = tmp_path / ".tmp-out-01234567"
+        live.mkdir()
+        write_manifest(live, WRITING, of="data")
+        args = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--vocab-size", "60", "--out", str(out)]
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "another process (pid" in err and "preparing data" in err
+        assert live.is_dir() and not out.exists()
+    assert main(args) == 0  # free again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "train.en", "train.xx"]  # and the lock file gone
+
+
+def test_a_cache_beside_which_nothing_can_be_written_is_still_reused(tmp_path, monkeypatch):
+    """The lock file goes beside --out; on a read-only file system (a shared cache) it cannot be made, and no one
+    can write there either: the cache is reused as before the lock existed."""
+    import errno
+
+    from transduce import outputs
+
+    train = write_corpus(tmp_path, "train", 60)
+    cfg = DataConfig(train=train, src="en", tgt="xx", vocab_size=60, workers=1)
+    prepare(cfg, tmp_path / "out", log=lambda _: None)
+    real = outputs.open_own
+
+    def read_only(path, flags):
+        if str(path).endswith(f".out{outputs.LOCK}"):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real(path, flags)
+
+    monkeypatch.setattr(outputs, "open_own", read_only)
+    messages: list[str] = []
+    prepare(cfg, tmp_path / "out", log=messages.append)
+    assert "reusing" in messages[0]
+
+
+def test_a_refused_prepare_leaves_no_parent_folders(tmp_path, capsys):
+    train = write_corpus(tmp_path, "train", 20)
+    Path(f"{train}.xx").write_text("\n" * 20)  # blank on one side: refused once the vocabulary step reads it
+    args = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--vocab-size", "60"]
+    assert main([*args, "--out", str(tmp_path / "new" / "deeper" / "out")]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+def test_the_cache_key_does_not_change_with_how_a_path_is_spelt(tmp_path, monkeypatch):
+    """`p/tr`, `./p/tr` and `p//tr` are one cache (issue 65: ./p/tr prepared 36M pairs again); an absolute path's
+    key is what it was."""
+    (tmp_path / "p").mkdir()
+    write_corpus(tmp_path / "p", "tr", 60)
+    monkeypatch.chdir(tmp_path)
+    keys = set()
+    for spelling in ("p/tr", "./p/tr", "p//tr", "p/../p/tr"):
+        data = prepare(DataConfig(train=spelling, src="en", tgt="xx", vocab_size=60), "out", log=lambda _: None)
+        keys.add(data.summary["cache_key"])
+    assert len(keys) == 1
+    absolute = DataConfig(train=str(tmp_path / "p" / "tr"), src="en", tgt="xx", vocab_size=60)
+    assert parallel_module._keyed_paths(absolute) == absolute
+
+
+@contextlib.contextmanager
+def held_prepare(tmp_path: Path, train: str, *, workers: int, out: str = "out"):
+    """`transduce prepare` as a real process whose chunk encoder (in the main process for --workers 1, else in each
+    worker, which imports it from tmp_path) marks that it started and then waits for good: yields the process once
+    `workers` encoders wait, so a kill or a second command lands while it works. Everything it started is killed
+    at the end."""
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("reads the process tree from /proc (Linux)")
+    (tmp_path / "slow_chunk.py").write_text(
+        "import os, time\n"
+        "def encode_chunk(job):\n"
+        f"    open({str(tmp_path)!r} + f'/started-{{os.getpid()}}', 'w').close()\n"
+        "    time.sleep(600)\n"
+    )
+    runner = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import slow_chunk\n"
+        "from transduce.data import parallel\n"
+        "parallel.CHUNK_LINES, parallel.encode_chunk = 32, slow_chunk.encode_chunk\n"
+        "from transduce.cli import main\n"
+        f"main(['prepare', '--train', {train!r}, '--src', 'en', '--tgt', 'xx', '--vocab-size', '60', "
+        f"'--workers', '{workers}', '--out', {str(tmp_path / out)!r}])\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("started-*"))) < workers:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the encoders never started"
+            time.sleep(0.1)
+        yield proc
+    finally:
+        for pid in descendants(proc.pid) if proc.poll() is None else []:
+            os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait(timeout=30)
+        for marker in tmp_path.glob("started-*"):  # what the test started, should any have outlived the parent
+            pid = int(marker.name.split("-")[1])
+            if is_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_workers_die_with_a_killed_prepare(tmp_path):
+    """`kill -9` of a prepare while its workers encode: the workers and multiprocessing's resource tracker end with
+    it instead of living on as orphans (issue 65 item 5). The workers are held inside their first chunk (a slow
+    encoder, imported by the spawned workers from the test's folder), so the kill lands while they work."""
+    train = write_corpus(tmp_path, "train", 400)
+    with held_prepare(tmp_path, train, workers=2) as proc:
+        family = descendants(proc.pid)
+        assert len(family) >= 3, family  # two workers and the resource tracker
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while (alive := [pid for pid in family if is_alive(pid)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert alive == [], f"outlived their parent: {alive}"
+
+
+def test_a_second_prepare_process_into_the_same_out_is_refused_while_the_first_works(tmp_path, capsys):
+    """Two `prepare` commands into one --out, the second with other options while the first encodes (issue 65
+    item 6: the second deleted the first's live temporary folder): refused in one line; the first's folders stay."""
+    train = write_corpus(tmp_path, "train", 400)
+    with held_prepare(tmp_path, train, workers=1):
+        live = sorted(p.name for p in tmp_path.glob(".*-out*"))
+        assert any(name.startswith(".tmp-out-") for name in live) and any(".partial-out-" in n for n in live)
+        args = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--vocab-size", "50", "--workers", "1"]
+        assert main([*args, "--out", str(tmp_path / "out")]) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "another process (pid" in err and "preparing data" in err
+        assert sorted(p.name for p in tmp_path.glob(".*-out*")) == live
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes under `pid` (from /proc/PID/stat's parent field)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def is_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended and waiting for its reaper, counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -129,10 +129,33 @@ def test_invalid_json_is_400(client):
         ({"text": ["a"], "nbest": 0}, "nbest:"),
         ({"text": ["a"], "beam": 2, "nbest": 3}, "nbest (3) must not exceed beam (2)"),
         ({"text": [1, 2]}, "text.0:"),
+        ({"text": ["a"], "beam": "4"}, "beam: Input should be a valid integer"),  # strict: no string -> int
+        ({"text": ["a"], "beam": True}, "beam: Input should be a valid integer"),  # nor true -> 1
+        ({"text": ["a"], "alpha": "0.5"}, "alpha: Input should be a valid number"),
     ],
 )
 def test_bad_requests_are_422_naming_the_field(client, body, fragment):
     assert fragment in error_of(client.post("/v1/translate", json=body), 422)["message"]
+
+
+def test_a_json_integer_is_a_valid_alpha(client):
+    assert client.post("/v1/translate", json={"text": ["a"], "alpha": 1, "beam": 2}).status_code == 200
+
+
+def test_head_and_options_are_answered(client):
+    """HEAD of a GET route: its status and headers without a body; OPTIONS: 204 listing the route's methods (no
+    CORS headers); HEAD of a POST route 405 with Allow, an unknown path 404 (issue 65 item 4: both were 405)."""
+    head, got = client.head("/health"), client.get("/health")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-length"] == got.headers["content-length"]
+    assert client.head("/").headers["content-type"].startswith("text/html")
+    options = client.options("/v1/translate")
+    assert options.status_code == 204 and options.headers["allow"] == "OPTIONS, POST"
+    assert "access-control-allow-origin" not in options.headers
+    assert client.options("/v1/info").headers["allow"] == "GET, HEAD, OPTIONS"
+    refused = client.head("/v1/translate")
+    assert refused.status_code == 405 and refused.headers["allow"] == "POST"
+    assert client.options("/nowhere").status_code == 404
 
 
 @pytest.mark.parametrize(
@@ -692,8 +715,35 @@ def test_serve_refuses_a_bad_or_taken_address_in_one_line(tmp_path, capsys, case
     assert {"out of range": "between 0 and 65535", "in use": "already in use", "bad host": "--host"}[case] in err
 
 
+@pytest.mark.parametrize(
+    "flag, value", [("--max-sentences", "0"), ("--max-sentences", "-5"), ("--timeout", "0"), ("--timeout", "nan")]
+)
+def test_serve_refuses_a_limit_that_bounds_nothing_at_start(tmp_path, capsys, flag, value):
+    """A limit of 0, a negative one or NaN refuses every request or none: one line naming the flag, before the
+    address is bound or the model loaded (the run given does not exist)."""
+    assert main(["serve", str(tmp_path / "no-run"), flag, value]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"(serve {flag}) must be" in err and f"got {float(value) if flag == '--timeout' else value}" in err
+    with pytest.raises(ConfigError, match="max_beam must be a whole number from 1 to 64"):
+        Limits(max_beam=0)
+
+
+def test_serve_warns_when_the_api_is_reachable_from_the_network(tmp_path, capsys):
+    from transduce.serving.app import network_warning
+
+    assert network_warning("127.0.0.1") is None and network_warning("localhost") is None
+    assert network_warning("::1") is None
+    assert main(["serve", str(tmp_path / "no-run"), "--host", "0.0.0.0", "--port", "0"]) == 1
+    warning, error = capsys.readouterr().err.strip().splitlines()
+    assert warning.startswith("warning: --host 0.0.0.0 makes the server reachable from the network")
+    assert "no authentication" in warning and "error:" in error
+
+
 def test_serve_threads_sets_the_models_threads_and_refuses_a_negative_count(trained_run):
     import torch
+
+    from transduce.serving.service import max_threads
 
     before = torch.get_num_threads()
     try:
@@ -701,5 +751,7 @@ def test_serve_threads_sets_the_models_threads_and_refuses_a_negative_count(trai
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
-    with pytest.raises(ConfigError, match="--threads must be 0"):
-        load_predictor(trained_run[0], engine="torch", device="cpu", threads=-1)
+    for threads in (-1, max_threads() + 1, 1000):  # 1000 on 2 cores ran 3,001 OS threads
+        with pytest.raises(ConfigError, match=f"--threads must be 0 .* to {max_threads()} .*got {threads}"):
+            load_predictor(trained_run[0], engine="torch", device="cpu", threads=threads)
+    assert torch.get_num_threads() == before

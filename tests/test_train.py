@@ -598,6 +598,14 @@ def test_the_forecast_says_where_the_time_budget_ends_the_run():
     noam = TrainConfig(warmup_steps=100, max_steps=2400, max_minutes=30)
     line, warn = forecast(50, 1.0, 30.0, 2400, noam, 256)
     assert warn and "lower train.max_steps" in line
+    # the budget ends inside the warm-up (issue 65 item 11: step 294 of a 2,000-step warm-up was "brought to 0")
+    for clock in (True, False):
+        warm = TrainConfig(
+            lr_schedule="linear", peak_lr=1e-3, warmup_steps=2000, max_steps=20000, max_minutes=5, lr_clock=clock
+        )
+        line, warn = forecast(50, 1.0, 60.0, 20000, warm, 256)  # 50 + 240 = 290
+        assert warn and "about update 290" in line and "inside the warm-up of train.warmup_steps 2,000" in line
+        assert "still rising" in line and "all the same" not in line
 
 
 def test_training_logs_the_forecast_after_its_first_updates(tmp_path, toy_corpus):

@@ -163,10 +163,13 @@ def test_resume_takes_the_newest_checkpoint_and_old_ones_go_oldest_first(tmp_pat
     saved = [int(m) for m in re.findall(r"^step (\d+): saved", (run / "train.log").read_text(), re.M)]
     assert saved == [2, 4, 6, 8, 10, 12]
 
-    # A save killed half-way leaves a temporary folder, here one that claims a later step (and holds junk):
-    # resume must ignore it, and the next save must clean it up.
-    leftover = root / ".tmp-step-00000014-x1y2z3"
+    # A save killed half-way leaves a temporary folder (marked ours by its manifest), here one that claims a later
+    # step (and holds junk): resume must ignore it, and the next save must clean it up.
+    from transduce.outputs import WRITING, write_manifest
+
+    leftover = root / ".tmp-step-00000014-0a1b2c3d"
     leftover.mkdir()
+    write_manifest(leftover, WRITING, of="checkpoint")
     (leftover / "model.safetensors").write_bytes(b"not safetensors")
     (leftover / "trainer.json").write_text('{"step": 14}')
     result = train(load_config(recipe, ["train.keep_last=3", "train.max_steps=16"]), run, quiet=True)

@@ -56,6 +56,7 @@ def _temp_file(parent: Path, prefix: str) -> Path:
 # Raise it with any change this version could not read an earlier run or cache through.
 FORMAT = 1
 FORMATTED = {"run": ("a run", "train again into a new --out"), "data": ("prepared data", "remove it and prepare again")}
+CT2_EXPORT = "ctranslate2-export"  # the manifest kind of a CTranslate2 export (export/; checkpoint.py recognises one)
 
 
 def read_manifest(folder: str | Path) -> dict | None:
@@ -133,9 +134,10 @@ def atomic_folder(final: str | Path, kind: str, **extra) -> Iterator[Path]:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_folder(final.parent, f".tmp-{final.name}-")
     try:
+        write_manifest(tmp, WRITING, of=kind)  # marked ours from the start: a kill leaves a folder known to be ours
         yield tmp
         # the manifest lists what we wrote: anything else found in the folder later is the user's, and is kept
-        write_manifest(tmp, kind, **extra, files=sorted(p.name for p in tmp.iterdir()))
+        write_manifest(tmp, kind, **extra, files=sorted(p.name for p in tmp.iterdir() if p.name != MANIFEST))
         # some writers (safetensors) create files 0600 whatever the umask: everything gets the modes open() and
         # mkdir() give, found from the folder's own (0777 less the umask; files without the execute bits)
         folder_mode = tmp.stat().st_mode & 0o777
@@ -174,10 +176,71 @@ def users_entries(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name not in ours and p.name not in (MANIFEST, LOCK))
 
 
-def remove_leftovers(parent: Path, stem: str) -> None:
-    """Remove the temporary folders `atomic_folder` leaves beside `parent / (stem...)` when killed mid-save."""
-    for stale in [*parent.glob(f".tmp-{stem}*"), *parent.glob(f".old-{stem}*")]:
-        shutil.rmtree(stale, ignore_errors=True)
+WRITING = "being written"  # the manifest kind of an atomic_folder's temporary folder until it is complete
+
+
+def _leftover_of(entry: Path, prefix: str) -> str | None:
+    """The output name an `atomic_folder` temporary (`.tmp-NAME-` / `.old-NAME-` + 8 hex digits) was made for."""
+    name = entry.name
+    if not name.startswith(prefix) or len(name) < len(prefix) + 10 or name[-9] != "-":
+        return None
+    if any(c not in "0123456789abcdef" for c in name[-8:]) or not entry.is_dir() or entry.is_symlink():
+        return None
+    return name[len(prefix) : -9]
+
+
+def remove_leftovers(parent: Path, stem: str, *, exact: bool = False) -> None:
+    """Clear up what `atomic_folder` left beside its outputs in `parent` when it was killed mid-save, for outputs
+    named `stem` (exact) or starting with it (`step-`). Only our own folders go, named exactly as atomic_folder
+    names them (`prepare --out c` leaves `c-2`'s alone): a `.tmp-` folder whose manifest is ours, or empty; an
+    `.old-NAME-` folder holds our previous output NAME, moved aside: it goes back in place when NAME is missing (a
+    kill between the two renames), else the user's files in it join the new NAME (as the save would have done)
+    and the rest, ours, goes. Anything else is kept."""
+    if not parent.is_dir():
+        return
+    matches = (lambda name: name == stem) if exact else (lambda name: name.startswith(stem))
+    entries = sorted(parent.iterdir())
+    for entry in entries:  # the old outputs first: one restored in place is then found by its reader
+        name = _leftover_of(entry, ".old-")
+        if name is not None and matches(name):
+            _settle_old(entry, parent / name)
+    for entry in entries:
+        name = _leftover_of(entry, ".tmp-")
+        if name is None or not matches(name) or not entry.is_dir():
+            continue
+        try:
+            ours = read_manifest(entry) is not None
+        except OutputError:  # ours, of another format
+            ours = True
+        if ours or not any(entry.iterdir()):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _settle_old(aside: Path, final: Path) -> None:
+    """One `.old-NAME-` folder (see remove_leftovers)."""
+    inside = list(aside.iterdir())
+    if not inside:
+        aside.rmdir()
+        return
+    old = aside / final.name
+    if inside != [old] or not old.is_dir() or old.is_symlink():
+        return  # not what atomic_folder leaves: kept
+    try:
+        kind = (read_manifest(old) or {}).get("kind")
+    except OutputError:
+        return
+    if kind is None:
+        return
+    if not final.exists():  # killed between moving the old output aside and the new one in: the old one is whole
+        os.replace(old, final)
+        aside.rmdir()
+        return
+    theirs = users_entries(old)
+    for name in theirs:
+        if not (final / name).exists():
+            os.replace(old / name, final / name)
+    if not users_entries(old):
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def remove_own_folder(path: Path, kind: str) -> bool:
@@ -187,6 +250,18 @@ def remove_own_folder(path: Path, kind: str) -> bool:
         return False
     shutil.rmtree(path, ignore_errors=True)
     return True
+
+
+@contextlib.contextmanager
+def names_file(path: str | Path) -> Iterator[None]:
+    """An OSError raised without a file name inside (a write's: a full disk's errno 28 comes from f.write, which
+    names nothing) is raised again naming `path`, so its one line says where (issue 65 item 9)."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None and err.errno is not None:
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from None
+        raise
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -262,10 +337,11 @@ def exclusive(folder: str | Path, what: str = "training") -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def remove_if_bare(folder: str | Path, created: str | Path | None = None) -> bool:
+def remove_if_bare(folder: str | Path, created: str | Path | None = None, *, keep: bool = False) -> bool:
     """Remove `created` (a folder this command made: `folder` or one above it) when all it holds is `folder`'s
     manifest and lock file and empty folders (what a run refused before its first write leaves), so a refused command
-    leaves no debris. Anything else in it and it stays."""
+    leaves no debris. Anything else in it and it stays. `keep`: the user's own empty folder, made empty again (what
+    is in it goes, the folder stays)."""
     folder = Path(folder)
     top = Path(created) if created is not None else folder
     if not top.is_dir():
@@ -273,5 +349,54 @@ def remove_if_bare(folder: str | Path, created: str | Path | None = None) -> boo
     ours = {folder / MANIFEST, folder / LOCK}
     if any(not p.is_dir() and p not in ours for p in top.rglob("*")):
         return False
-    shutil.rmtree(top, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(top, ignore_errors=True)
+        return True
+    for entry in top.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
     return True
+
+
+@contextlib.contextmanager
+def exclusive_output(final: str | Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on the output `final` and everything made beside it for it (its `.tmp-`, `.old-` and
+    `.partial-` folders), whether `final` exists yet or not: flock on PARENT/.NAME.transduce.lock, a file removed
+    again when done. A second writer is refused at once, in one line. A lock file a killed holder left is taken
+    over; one removed by its holder between our open and our lock is opened anew (its inode is checked). Where
+    the parent cannot be written (a read-only cache being reused) no one can write beside `final`: nothing to lock."""
+    final = Path(final)
+    path = final.parent / f".{final.name}{LOCK}"
+    while True:
+        try:
+            fd = open_own(path, os.O_RDWR | os.O_CREAT)
+        except OSError as err:
+            if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise OutputError(
+                f"{final}: another process ({holder}) is {what} into this folder; wait for it to finish or use "
+                "another --out"
+            ) from None
+        try:
+            current = os.stat(path, follow_symlinks=False).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)  # the holder removed that file as it finished: the lock is the new file's
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # while still held: a process that opened it meanwhile opens anew
+        os.close(fd)

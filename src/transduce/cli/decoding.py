@@ -141,7 +141,9 @@ def cmd_score(args) -> int:
     from ..metrics import score
 
     hyp, ref = input_path(args.hyp), input_path(args.ref)
-    hyps, refs = read_lines(hyp, errors=args.errors), read_lines(ref, errors=args.errors)
+    # translations that are all empty lines are a real (untrained) model's output: scored (BLEU 0), not refused;
+    # a hypothesis file of no lines at all is refused by the line counts
+    hyps, refs = read_lines(hyp, errors=args.errors, allow_empty=True), read_lines(ref, errors=args.errors)
     if len(hyps) != len(refs):
         raise DataError(f"{hyp} has {len(hyps)} lines but {ref} has {len(refs)}")
     print(score(hyps, refs, lowercase=args.lowercase, tokenize=args.tokenize).format())

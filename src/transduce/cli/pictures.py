@@ -34,15 +34,15 @@ def cmd_attention(args) -> int:
             raise ConfigError(f"--head {head}: the model has heads 0 to {heads - 1}")
     maps = translator.attention(args.src, args.tgt)
     _check_own_output(maps, given=args.tgt is not None)
+    kind = "encoder" if args.token_side == "source" else "decoder"
+    if args.token is not None:  # refused before any picture is drawn (issue 65 item 13)
+        query = _find_token(maps.source_pieces if kind == "encoder" else maps.target_pieces, args.token)
     formats = tuple(args.format) or ("png",)
     drawn = plot_attention(maps, args.out, layers=layers, heads=args.head or None, formats=formats)
     print(f"source: {' '.join(maps.source_pieces)}\ntarget: {' '.join(maps.target_pieces)}")
     for files, _ in drawn.values():
         print("wrote " + ", ".join(map(str, files)))
     if args.token is not None:
-        kind = "encoder" if args.token_side == "source" else "decoder"
-        labels = maps.source_pieces if kind == "encoder" else maps.target_pieces
-        query = _find_token(labels, args.token)
         for layer in layers:
             out = Path(args.out) / f"token_{kind}_{query}_L{layer % n_layers[kind] + 1}.png"
             plot_token_attention(maps, query, out, kind=kind, layer=layer)

@@ -57,6 +57,7 @@ def cmd_prepare(args) -> int:
     for name in PREPARE_OPTIONS:
         if getattr(args, name) is not None:  # unset options keep DataConfig's defaults (one place for them)
             options[name] = getattr(args, name)
+    _check_prepare_flags(args)
     prepare(DataConfig(**options), args.out, max_tokens=args.max_tokens)
     return 0
 
@@ -76,6 +77,20 @@ def _corpus(text: str):
         except ValueError:
             raise ConfigError(f"--corpus {text}: the weight must be a number, got {value!r}") from None
     return CorpusConfig(prefix=prefix, **given)  # type: ignore[arg-type]
+
+
+def _check_prepare_flags(args) -> None:
+    """The counts a flag gives, refused naming that flag (the settings' own check names the recipe keys)."""
+    from ..config import ConfigError
+    from ..data.parallel import MIN_VOCAB_SAMPLE
+
+    if args.vocab_sample is not None and args.vocab_sample < MIN_VOCAB_SAMPLE:
+        raise ConfigError(
+            f"--vocab-sample must be at least {MIN_VOCAB_SAMPLE} (SentencePiece samples no fewer sentences), "
+            f"got {args.vocab_sample}"
+        )
+    if args.workers is not None and args.workers < 0:
+        raise ConfigError(f"--workers must be 0 (one per core) or more, got {args.workers}")
 
 
 def cmd_train(args) -> int:

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ..outputs import atomic_folder, read_manifest
+from ..outputs import atomic_folder, names_file, read_manifest
 from .text import DataError
 
 
@@ -57,5 +57,6 @@ def reuse_or_build(
     with atomic_folder(out_dir, "data") as tmp:
         summary = build(tmp)
         summary.update(cache_key=key, inputs=digests)
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        with names_file(tmp / "summary.json"):
+            (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary

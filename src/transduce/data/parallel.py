@@ -26,7 +26,17 @@ from typing import Any
 import numpy as np
 
 from ..config import DataConfig
-from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_leftovers, remove_own_folder
+from ..outputs import (
+    OutputError,
+    claim_folder,
+    exclusive,
+    exclusive_output,
+    names_file,
+    read_manifest,
+    remove_if_bare,
+    remove_leftovers,
+    remove_own_folder,
+)
 from .cache import reuse_or_build
 from .corpus import ParallelCorpus, TokenArrays
 from .formats import count_rows, pair_blocks, pair_format
@@ -278,12 +288,13 @@ def prepare(
     the run's model was trained on the old vocabulary and token ids. A prepare that was interrupted continues from
     the chunks it finished (kept beside `out_dir` in .partial-NAME-KEY until the cache is complete).
     """
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).absolute()  # `--out .` has a name and a parent: the lock and leftovers are beside it
+    check_vocab_sample(config)
     config, tokenizer_digest = with_tokenizer(config)
     files = split_inputs(config)
     stats = _input_stats(files)  # before the digests: a file changed while it is read shows at the end
     digests = _input_digests(files)
-    key = _cache_key(config, files, digests, tokenizer_digest)
+    key = _cache_key(_keyed_paths(config), files, digests, tokenizer_digest)
     work = out_dir.parent / f".partial-{out_dir.name}-{key}"
 
     def build(tmp: Path) -> dict:
@@ -293,11 +304,50 @@ def prepare(
             raise DataError(f"{changed[0]}: changed while it was being prepared; run the command again")
         return {**summary, "input_stats": stats}
 
-    summary = reuse_or_build(out_dir, key, digests, build, frozen=frozen, log=log)
+    created = next((p for p in reversed(out_dir.parents) if not p.exists()), None)  # the topmost new parent
+    out_dir.parent.mkdir(parents=True, exist_ok=True)  # the lock file lives beside the output
+    try:
+        # one prepare into out_dir at a time: the lock covers the temporary and partial folders beside it too
+        with exclusive_output(out_dir, "preparing data"):
+            remove_leftovers(out_dir.parent, out_dir.name, exact=True)  # what a killed prepare left (ours only)
+            summary = reuse_or_build(out_dir, key, digests, build, frozen=frozen, log=log)
+            if summary is not None:
+                remove_own_folder(work, PARTIAL)
+    except BaseException:
+        if created is not None:  # refused or failed: the folders made for it go again when nothing is in them
+            remove_if_bare(created)
+        raise
     if summary is not None:
-        remove_own_folder(work, PARTIAL)
         log(format_summary(summary))
     return load_prepared(out_dir)
+
+
+def _keyed_paths(config: DataConfig) -> DataConfig:
+    """The data paths as the cache key reads them: a relative prefix normalised (`./p/tr`, `p//tr` and `p/../p/tr`
+    are `p/tr`: one cache), so the key of a path spelt plainly, and of an absolute one, stays what it was (a run
+    being resumed finds its cache by it). Where the files are is in the key anyway: their contents' digests."""
+
+    def keyed(prefix: str) -> str:
+        return prefix if not prefix or Path(prefix).is_absolute() else os.path.normpath(prefix)
+
+    corpora = tuple(replace(c, prefix=keyed(c.prefix)) for c in config.corpora)
+    return replace(
+        config,
+        train=keyed(config.train),
+        valid=keyed(config.valid),
+        test=tuple(map(keyed, config.test)),
+        corpora=corpora,
+    )
+
+
+def check_vocab_sample(config: DataConfig) -> None:
+    """data.vocab_sample at SentencePiece's floor or above, refused before anything is made (SentencePiece's own
+    refusal was an internal check's text, after a .partial folder was made)."""
+    if not config.tokenizer and config.vocab_sample < MIN_VOCAB_SAMPLE:
+        raise DataError(
+            f"data.vocab_sample (prepare --vocab-sample) must be at least {MIN_VOCAB_SAMPLE} (SentencePiece samples "
+            f"no fewer sentences), got {config.vocab_sample}"
+        )
 
 
 def _input_stats(files: Inputs) -> dict[str, list[int]]:
@@ -325,11 +375,6 @@ def _prepare_resumable(config: DataConfig, files: dict, out: Path, key: str, max
         with exclusive(work, "preparing data"):
             if resumed:
                 log(f"data: continuing the interrupted prepare kept in {work}")
-            # what a prepare killed while joining its chunks left beside the cache (not this one's folder)
-            name = stem[len(".partial-") :]  # "NAME-"
-            for left in [*out.parent.glob(f".tmp-{name}*"), *out.parent.glob(f".old-{name}*")]:
-                if left != out:
-                    shutil.rmtree(left, ignore_errors=True)
             return _prepare_into(config, files, out, work, max_tokens, log)
     except DataError:
         remove_own_folder(work, PARTIAL)  # the inputs are at fault: once fixed, their key (and folder) differ
@@ -485,6 +530,7 @@ class _Counted:
 
 
 VOCAB_SAMPLE_SEED = 20170612  # the seeded sample of training sentences the vocabulary is learned from
+MIN_VOCAB_SAMPLE = 101  # SentencePiece's input_sentence_size must be 0 (all) or above 100
 
 
 def _encode_chunks(
@@ -499,7 +545,9 @@ def _encode_chunks(
     workers = config.workers or os.cpu_count() or 1
     pool = None
     if workers > 1 and sum(i.src.stat().st_size for i in files["train"]) > CHUNK_LINES * 16:  # over a chunk or so
-        pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_ignore_interrupts)
+        pool = ProcessPoolExecutor(
+            workers, mp_context=get_context("spawn"), initializer=_start_worker, initargs=(os.getpid(),)
+        )
     results: dict[str, list] = {}
     pending: deque = deque()
     done = reused = 0
@@ -590,8 +638,41 @@ def _check_line_counts(src_path: Path, tgt_path: Path, n_src: int, n_tgt: int) -
         )
 
 
-def _ignore_interrupts() -> None:  # worker processes: Ctrl-C is the main process's to handle (it saves nothing)
+def _start_worker(parent: int) -> None:
+    """An encoding worker: Ctrl-C is the main process's to handle (a worker saves nothing), and the worker dies with
+    its parent. A `prepare` killed with SIGKILL cannot stop its workers: without this they lived on as orphans,
+    blocked for good, and kept multiprocessing's resource tracker alive too (issue 65 item 5)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the thread that made it ends (Linux)
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel send this process SIGKILL when its parent (pid `parent`) ends: prctl(PR_SET_PDEATHSIG) on
+    Linux; where prctl is missing, a daemon thread that watches for the parent's end. A parent gone already (before
+    this ran) ends the process at once."""
+    import ctypes
+    import threading
+    import time
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        armed = False
+    if os.getppid() != parent:  # the parent ended before the signal was armed
+        os._exit(1)
+    if armed:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _join_chunks(split: str, folders: list[Path], out: Path, id_dtype: str, *, text: bool) -> ParallelCorpus:
@@ -612,7 +693,7 @@ def _join_chunks(split: str, folders: list[Path], out: Path, id_dtype: str, *, t
         _write_joined(out / f"{split}.{side}.offsets.npy", partial(_running_offsets, lengths), np.int64)
         _write_joined(out / f"{split}.{side}.ids.npy", parts(f"{side}.ids"), np.dtype(id_dtype))
         if text:
-            with open(out / f"{split}.{side}.txt", "wb") as dst:
+            with names_file(out / f"{split}.{side}.txt"), open(out / f"{split}.{side}.txt", "wb") as dst:
                 for f in folders:
                     with open(f / f"{side}.txt", "rb") as src:
                         shutil.copyfileobj(src, dst)
@@ -639,7 +720,7 @@ def _write_joined(path: Path, parts: Callable[[], Iterator[np.ndarray]], dtype: 
     a memory map count as the process's memory while it is mapped)."""
     total = sum(len(p) for p in parts())
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (total,)}
-    with open(path, "wb") as f:
+    with names_file(path), open(path, "wb") as f:  # a full disk's error names the file
         np.lib.format.write_array_header_1_0(f, header)
         for p in parts():
             f.write(np.ascontiguousarray(p, dtype=dtype).tobytes())
@@ -649,6 +730,8 @@ def _write_joined(path: Path, parts: Callable[[], Iterator[np.ndarray]], dtype: 
 def open_prepared(folder: str | Path) -> Prepared:
     """A folder that `transduce prepare` made, opened read-only (data.prepared); anything else is refused."""
     folder = Path(folder)
+    if not folder.exists():
+        raise DataError(f"{folder}: no such folder (data.prepared names a folder made by `transduce prepare`)")
     manifest = read_manifest(folder)
     if not folder.is_dir() or manifest is None or manifest["kind"] != "data" or not (folder / "summary.json").is_file():
         raise DataError(f"{folder}: not a data folder made by `transduce prepare` (data.prepared names one)")
@@ -666,7 +749,27 @@ def load_prepared(root: str | Path) -> Prepared:
         }
     except (OSError, KeyError, ValueError, TokenizerError) as err:
         raise DataError(f"{root}: not a prepared data folder ({err})") from None
+    for name, corpus in splits.items():
+        for side, arrays in (("src", corpus.src), ("tgt", corpus.tgt)):
+            _check_ids(root / f"{name}.{side}.ids.npy", arrays.ids, tokenizer.vocab_size)
     return Prepared(root, tokenizer, splits, summary)
+
+
+ID_BLOCK = 1 << 24  # ids checked per block (a memory map read in blocks: 32 MB of uint16 at a time)
+
+
+def _check_ids(path: Path, ids: np.ndarray, vocab_size: int) -> None:
+    """Every id within the vocabulary: a folder whose ids are not (damaged, or made with another tokenizer) is
+    refused in one line on load (it gave an IndexError in the embedding, at the first batch that held one)."""
+    for start in range(0, len(ids), ID_BLOCK):
+        block = ids[start : start + ID_BLOCK]
+        low, high = int(block.min()), int(block.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise DataError(
+                f"{path}: token id {bad} is outside the vocabulary of {vocab_size} pieces (its tokenizer.model): "
+                "the folder is damaged or was not made with this tokenizer; prepare it again"
+            )
 
 
 def format_summary(summary: dict) -> str:

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..outputs import atomic_folder
+from ..outputs import atomic_folder, names_file
 from .marian import load_tokenizer
 from .text import DataError, decode_lines
 from .tokenizer import Tokenizer
@@ -193,7 +193,7 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
         "dropped": dropped,
         "nonblank": nonblank,
     }
-    with atomic_folder(final, CHUNK) as folder:  # a chunk on disk is always whole
+    with names_file(final), atomic_folder(final, CHUNK) as folder:  # a chunk on disk is always whole
         sides = (("src", src_ids, src_len, src_lines, job.src), ("tgt", tgt_ids, tgt_len, tgt_lines, job.tgt))
         for side, ids, lengths, lines, raw in sides:
             flat = flat_ids(ids, lengths, job.id_dtype)[np.repeat(ok, lengths)]

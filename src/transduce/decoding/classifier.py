@@ -12,13 +12,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..config import ClassifierRunConfig, read_config
+from ..config import ClassifierRunConfig
 from ..data.batching import make_batches
 from ..data.labelled import HTML_TAG, LabelledSplit, collate_labelled, encode_texts
 from ..data.tokenizer import Tokenizer
 from ..device import pick_device
 from ..model.classifier import TransformerClassifier
-from ..training.checkpoint import find_weights, load_weights
+from ..training.checkpoint import find_weights, load_weights, read_run_config
 from .front import check_sentences
 
 LABELS = "labels.json"  # RUN/labels.json: the class names, in the order of the model's outputs
@@ -49,7 +49,7 @@ class Classifier:
     @classmethod
     def from_run(cls, path: str | Path, *, device: str = "auto") -> Classifier:
         run_dir, weights = find_weights(path)
-        config = read_config(run_dir / "config.json", ClassifierRunConfig)
+        config = read_run_config(run_dir, "classification")
         model = TransformerClassifier(config.model, config.head, max_len=config.data.max_len)
         load_weights(model, weights)
         labels = json.loads((run_dir / LABELS).read_text(encoding="utf-8"))

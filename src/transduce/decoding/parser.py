@@ -21,8 +21,6 @@ from ..config import (
     ParseDecodeConfig,
     ParserModelConfig,
     ParsingRunConfig,
-    config_from_dict,
-    read_config_dict,
 )
 from ..config.bounds import check_value
 from ..data.pointers import pointer_targets, word_positions
@@ -34,6 +32,7 @@ from ..device import pick_device
 from ..model import PointerTransformer
 from ..model.pointer import PointerCache
 from ..training.checkpoint import find_weights, load_weights
+from ..training.checkpoint import read_run_config as read_task_config
 from .constraints import LEAF, TreeConstraint, TreeState
 from .ensemble import Ensemble, EnsembleCache
 from .front import check_sentences
@@ -48,11 +47,8 @@ def _load_model(config: ParserModelConfig, weights: Path, device: str) -> Pointe
 
 
 def read_run_config(path: Path) -> ParsingRunConfig:
-    """A parsing run's config.json (config.read_config_dict), refusing another task's run by name."""
-    raw = read_config_dict(path)
-    if raw.get("task", "parsing") != "parsing":
-        raise ConfigError(f"{path}: a {raw['task']} run, not a parsing run")
-    return config_from_dict(raw, ParsingRunConfig)
+    """A parsing run's config.json, refusing another task's run by name (and what takes it)."""
+    return read_task_config(path.parent, "parsing")
 
 
 class Parser:

@@ -10,12 +10,12 @@ from typing import Any, cast, overload
 
 import torch
 
-from ..config import Config, DecodeConfig, read_config
+from ..config import DecodeConfig
 from ..data.marian import load_tokenizer
 from ..data.tokenizer import Tokenizer
 from ..device import pick_device
 from ..model import Transformer
-from ..training.checkpoint import find_weights, load_weights
+from ..training.checkpoint import find_weights, load_weights, read_run_config
 from . import front
 from .ensemble import Ensemble
 from .front import Decoded, Translation
@@ -27,7 +27,7 @@ __all__ = ["AttentionMaps", "Decoded", "PairScore", "Translation", "Translator"]
 def _languages(path: str | Path) -> tuple[str, str]:
     """(source, target) language of a run directory or a weights file in one."""
     run_dir, _ = find_weights(path)
-    data = read_config(run_dir / "config.json", Config).data
+    data = read_run_config(run_dir, "translation").data
     return data.src, data.tgt
 
 
@@ -75,7 +75,7 @@ class Translator:
     def from_run(cls, path: str | Path, *, device: str = "auto") -> Translator:
         """Load config, tokenizer and weights (safetensors) from a run directory or a weights file in one."""
         run_dir, weights = find_weights(path)
-        config = read_config(run_dir / "config.json", Config)
+        config = read_run_config(run_dir, "translation")
         model = Transformer(config.model)
         load_weights(model, weights)
         model.to(pick_device(device)).eval()

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import Config, ConfigError, DecodeConfig, ModelConfig, config_from_dict, read_config
+from ..config import Config, ConfigError, DecodeConfig, ModelConfig, config_from_dict
 from ..config.bounds import check_value
 from ..data.marian import load_tokenizer
 from ..data.tokenizer import Tokenizer
@@ -67,10 +67,10 @@ from ..decoding.front import Decoded, Translation
 from ..decoding.search import Sampling, length_penalty
 from ..decoding.translator import PairScore
 from ..model import Transformer
-from ..outputs import MANIFEST, atomic_folder, check_replaceable, read_manifest
-from ..training.checkpoint import find_weights, load_weights
+from ..outputs import CT2_EXPORT, MANIFEST, atomic_folder, check_replaceable, read_manifest
+from ..training.checkpoint import find_weights, load_weights, read_run_config
 
-KIND = "ctranslate2-export"  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
+KIND = CT2_EXPORT  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
 FORMAT_VERSION = 1
 # The weight types CTranslate2's `ModelSpec.optimize(quantization=...)` accepts.
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -245,7 +245,7 @@ def export_ctranslate2(run: str | Path, out: str | Path, *, quantization: str | 
     out = Path(out)
     check_replaceable(out, KIND)  # refuse early, before the work
     run_dir, weights = find_weights(run)
-    config = read_config(run_dir / "config.json", Config)
+    config = read_run_config(run_dir, "translation")
     tokenizer = load_tokenizer(run_dir / "tokenizer.model")
     check_exportable(config.model, tokenizer)  # before loading weights: refuse early
     model = Transformer(config.model)

@@ -15,6 +15,7 @@ function, and the registry line naming it (the parser was added that way).
 from __future__ import annotations
 
 import errno
+import sys
 from collections.abc import Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -358,6 +359,32 @@ class BodyLimit:
         await _respond(error)(scope, receive, send)
 
 
+class OtherMethods:
+    """ASGI middleware: HEAD of a GET route is answered as GET without its body (same status and headers); OPTIONS
+    of a route is 204 with an `Allow` header listing its methods (no CORS headers: a page of another origin still
+    may not call the API). A path that is no route stays 404; HEAD of a POST-only route stays 405 with `Allow`."""
+
+    def __init__(self, app: Callable, *, methods: Mapping[str, set[str]]) -> None:
+        self.app, self.methods = app, methods  # path -> its methods (filled by create_app once the routes are in)
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("HEAD", "OPTIONS"):
+            return await self.app(scope, receive, send)
+        methods = self.methods.get(scope["path"], set())
+        if scope["method"] == "OPTIONS" and methods:
+            allow = ", ".join(sorted(methods | {"OPTIONS"} | ({"HEAD"} if "GET" in methods else set())))
+            return await Response(status_code=204, headers={"Allow": allow})(scope, receive, send)
+        if scope["method"] == "HEAD" and "GET" in methods:
+
+            async def headers_only(message: dict) -> None:
+                if message["type"] == "http.response.body":
+                    message = {**message, "body": b""}
+                await send(message)
+
+            return await self.app({**scope, "method": "GET"}, receive, headers_only)
+        return await self.app(scope, receive, send)
+
+
 # ---------------------------------------------------------------------------------------------------- the app
 def create_app(
     predictor: Any,
@@ -402,12 +429,19 @@ def create_app(
     app = FastAPI(title="transduce", summary=f"A {task} model served over HTTP.", lifespan=lifespan)
     app.state.service = service
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    methods: dict[str, set[str]] = {}  # every route's path (none has parameters) and its methods
+    app.add_middleware(OtherMethods, methods=methods)
     # Starlette types a handler as taking any Exception, though it only calls it with the class it is registered for
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _internal_error)
-    for router in (common_routes(service), spec.routes(service), page_routes()):
+    routers = (common_routes(service), spec.routes(service), page_routes())
+    for router in routers:
         app.include_router(router)
+    for route in [r for router in routers for r in router.routes] + list(app.router.routes):  # app's own: /docs
+        path, allowed = getattr(route, "path", None), getattr(route, "methods", None)
+        if isinstance(path, str) and allowed:
+            methods.setdefault(path, set()).update(allowed)
     return app
 
 
@@ -434,6 +468,30 @@ def check_address(host: str, port: int) -> None:
         except OSError as err:
             why = "already in use (another server?)" if err.errno == errno.EADDRINUSE else err.strerror
             raise ConfigError(f"{host}:{port}: cannot serve there: {why}; choose another --port or --host") from None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address `host` names is this machine's loopback (127.0.0.0/8, ::1): only then is the server out
+    of the network's reach."""
+    import ipaddress
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    return all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
+
+
+def network_warning(host: str) -> str | None:
+    """The warning `serve` prints for a host other than loopback (None for loopback): the API has no
+    authentication, so anyone who can reach the machine can use the model."""
+    if is_loopback(host):
+        return None
+    return (
+        f"warning: --host {host} makes the server reachable from the network, and its API has no authentication: "
+        "anyone who can reach this machine can use the model (the default, 127.0.0.1, is this machine only)"
+    )
 
 
 def run_server(
@@ -466,6 +524,9 @@ def serve(
 ) -> None:
     """Serve a run directory over HTTP (loopback only unless `host` says otherwise) until SIGTERM or Ctrl-C."""
     check_address(host, port)  # before the model is loaded: a taken port is one line, at once
+    warning = network_warning(host)
+    if warning is not None:
+        print(warning, file=sys.stderr)
     predictor, metadata = load_predictor(run, engine=engine, device=device, exact=exact, threads=threads)
     app = create_app(
         predictor,

@@ -1,5 +1,6 @@
-"""The JSON bodies of the HTTP API (app.py): requests are strict (an unknown field is refused), responses are what
-the routes answer."""
+"""The JSON bodies of the HTTP API (app.py): requests are strict (an unknown field is refused, and a value of
+another JSON type is never converted: `"beam": "4"` and `"beam": true` are 422, not beam 4 and beam 1), responses
+are what the routes answer."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a misspelt option is refused, never silently ignored
+    # a misspelt option is refused, never silently ignored; strict: no coercion between types (pydantic's lax mode
+    # reads "4" and true as the integers 4 and 1); a JSON integer is still a valid float
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class TranslateRequest(_Strict):

@@ -36,6 +36,39 @@ class Limits:
     max_attention_pieces: int = 100  # /v1/attention: pieces per side (422), the CLI's picture limit (plot.MAX_PIECES)
     timeout_s: float = 30.0  # a request not answered by then gets 504
 
+    def __post_init__(self) -> None:
+        """Every limit within LIMIT_RANGES (a limit of 0, a negative one or NaN would refuse every request or none):
+        refused in one line (ConfigError) naming the limit and its `serve` flag, before anything is served."""
+        import math
+
+        from ..config import ConfigError
+
+        for name, (low, high) in LIMIT_RANGES.items():
+            value = getattr(self, name)
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            number = whole or isinstance(value, float)
+            if name == "timeout_s":
+                fits = number and math.isfinite(value) and low < value <= high
+                wanted = f"a number of seconds above 0 and at most {high:,}"
+            else:
+                fits = whole and low <= value <= high
+                wanted = f"a whole number from {low} to {high:,}"
+            if not fits:
+                flag = f" (serve {LIMIT_FLAGS[name]})" if name in LIMIT_FLAGS else ""
+                raise ConfigError(f"{name}{flag} must be {wanted}, got {value!r}")
+
+
+# The bounds of each limit (the documented maxima: docs/deployment.md); timeout_s is above its lower bound.
+LIMIT_RANGES = {
+    "max_sentences": (1, 10_000),
+    "max_chars": (1, 100_000),
+    "max_body_bytes": (1, 100_000_000),
+    "max_beam": (1, 64),  # the CLI's --beam bound
+    "max_attention_pieces": (1, 100),  # the pictures' bound (plot.MAX_PIECES)
+    "timeout_s": (0, 3600),
+}
+LIMIT_FLAGS = {"max_sentences": "--max-sentences", "max_chars": "--max-chars", "timeout_s": "--timeout"}
+
 
 class ApiError(Exception):
     """An error answered as JSON with its status; `extra` names the limit and its value where one was hit."""
@@ -306,6 +339,17 @@ def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str
     return run_dir.resolve().name, kind, languages(data.get("src"), data.get("tgt"))
 
 
+def max_threads() -> int:
+    """The most model threads `serve --threads` takes: the cores this process may run on (its CPU affinity, which a
+    container or `taskset` narrows; os.cpu_count() where the platform has no affinity)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def load_predictor(
     run: str | Path, *, engine: str = "torch", device: str = "auto", exact: bool = False, threads: int = 0
 ) -> tuple[Any, dict[str, Any]]:
@@ -319,8 +363,11 @@ def load_predictor(
     predictor: Classifier | CTranslate2Translator | Parser | Translator
     if kind != "translation" and engine != "torch":  # the export knows only plain translation models
         raise ConfigError(f"{run}: a {kind} run is served with the torch engine only (--engine torch)")
-    if threads < 0:
-        raise ConfigError(f"--threads must be 0 (the engine's default) or more, got {threads}")
+    most = max_threads()
+    if not 0 <= threads <= most:  # 1000 threads on 2 cores ran 3,001 OS threads, all contending for the cores
+        raise ConfigError(
+            f"--threads must be 0 (the engine's default) to {most} (the cores this process may use), got {threads}"
+        )
     if threads and engine == "torch":
         import torch
 

@@ -371,6 +371,12 @@ def from_prepared(
     recipe's (the run's config.json records them and the folder's absolute path), and check a resumed run against
     RUN/prepared-data.json: the folder must hold the very data (cache key) the run started on."""
     folder = Path(config.data.prepared).absolute()
+    if frozen and not folder.exists():  # the run trained on it: moved or deleted since
+        raise DataError(
+            f"{folder}: the prepared data this run trains on (data.prepared) is missing: moved or deleted? give a "
+            "moved one with --set data.prepared=NEW (its cache key is checked); a deleted one, prepare again "
+            "with the same inputs and options"
+        )
     data = open_prepared(folder)
     known = {f.name for f in dataclasses.fields(DataConfig)}
     options: dict[str, Any] = {k: v for k, v in data.summary["options"].items() if k in known}

@@ -27,6 +27,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file, save_model
 
 from ..outputs import (
+    CT2_EXPORT,
     OutputError,
     atomic_folder,
     atomic_write,
@@ -280,6 +281,26 @@ def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -
     return out
 
 
+# What takes a run of each task: the refusal of a run given to another task's command names it (issue 65 item 7).
+TAKEN_BY = {
+    "translation": "`transduce translate`, `evaluate`, `attention`, `export` and `serve` (Translator.from_run) take it",
+    "classification": "`transduce classify predict` / `classify evaluate` and `serve` (Classifier.from_run) take it",
+    "parsing": "`transduce parse`, `attention` and `serve` (Parser.from_run) take it",
+}
+
+
+def read_run_config(run_dir: Path, task: str) -> Any:
+    """A run's config.json as the run config of `task` (a name of the task registry). A run of another task is
+    refused in one line saying what the run is and which commands take it."""
+    from ..config import ConfigError, config_from_dict, read_config_dict, registry
+
+    raw = read_config_dict(run_dir / "config.json")
+    found = raw.get("task", registry.DEFAULT_TASK)
+    if found != task and found in TAKEN_BY:
+        raise ConfigError(f"{run_dir}: a {found} run, not a {task} run: {TAKEN_BY[found]}")
+    return config_from_dict(raw, registry.entry(task).run_config)
+
+
 def find_weights(path: str | Path) -> tuple[Path, Path]:
     """A run directory or a weights file inside one -> (run_dir, weights file).
 
@@ -302,6 +323,11 @@ def _locate_weights(path: Path) -> tuple[Path, Path]:
         )
     if path.is_dir() and (path / "model.safetensors").is_file():  # a checkpoint folder
         return path.parent.parent, path / "model.safetensors"
+    if path.is_dir() and (read_manifest(path) or {}).get("kind") == CT2_EXPORT:  # its config.json: CTranslate2's
+        raise CheckpointError(
+            f"{path}: a CTranslate2 export, not a run directory (it holds no PyTorch weights): give it with "
+            "--engine ctranslate2 (CTranslate2Translator.from_run in Python)"
+        )
     if not (path / "config.json").is_file():
         raise CheckpointError(f"{path}: not a run directory (no config.json)")
     if (path / "best.safetensors").is_file():

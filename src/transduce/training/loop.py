@@ -102,6 +102,7 @@ def open_run(run_dir: Path, ranks: Ranks, task: str):
         yield
         return
     created = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None)  # the topmost new one
+    users_empty = created is None and run_dir.is_dir() and not any(run_dir.iterdir())  # adopted: theirs to keep
     claim_folder(run_dir, "run", task=task)
     manifest = read_manifest(run_dir) or {}
     if manifest.get("task", task) != task:
@@ -112,6 +113,8 @@ def open_run(run_dir: Path, ranks: Ranks, task: str):
     except BaseException:
         if created is not None:  # refused before anything was written (missing data, a bad setting): no debris
             remove_if_bare(run_dir, created)
+        elif users_empty:  # the user's empty folder stays, empty again (no manifest or lock left in it)
+            remove_if_bare(run_dir, keep=True)
         raise
 
 

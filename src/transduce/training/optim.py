@@ -114,6 +114,13 @@ def forecast(
         f"at {rate:.2f} updates/s, train.max_minutes {config.max_minutes:g} ends the run at about update "
         f"{reached:,} of the schedule's {target:,} ({100 * reached / target:.0f}%)"
     )
+    if reached < config.warmup_steps:  # the rate is still rising when the run stops: no schedule decays it
+        return (
+            f"warning: {line}, inside the warm-up of train.warmup_steps {config.warmup_steps:,}: the learning rate "
+            "is still rising when the run stops (train.lr_clock decays it only after the warm-up); lower "
+            "train.warmup_steps to what fits or raise train.max_minutes",
+            True,
+        )
     if config.lr_clock:
         return line + "; train.lr_clock brings the learning rate to 0 by the clock all the same", False
     line = "warning: " + line

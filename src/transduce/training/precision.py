@@ -3,10 +3,12 @@
 On CUDA "auto" is bf16 autocast (with TF32). On a CPU without native bfloat16 (no avx512_bf16 / amx_bf16 flag) it is
 float32: there torch emulates bfloat16 far slower. On a CPU with it, how much bf16 pays depends on the model and the
 machine (2.66x the step speed for multi30k's model on one AMD EPYC; the demo's 0.7M-parameter model 1.3x in the trial
-on the same kind of CPU), so "auto" times a few forward and backward passes of the run's own model on its own first
-batches in each mode and keeps bf16 where it is clearly faster (BF16_MARGIN), float32 otherwise. The trial leaves no
-trace: the weights are untouched, the gradients and the random state restored. The pick is stored in every
-checkpoint, so a resumed run keeps it whatever the machine's load then.
+on the same kind of CPU), so "auto" times forward and backward passes of the run's own model on its own first batches,
+the two modes alternating on each batch (TRIAL_BATCHES rounds), and keeps bf16 only where it is clearly faster
+beyond the noise: the median of the rounds' bf16/float32 ratios at most BF16_MARGIN, and bf16 the faster in every
+round. A machine busy enough that the rounds disagree gets float32, saying so (under load one timing kept bf16 where
+it was ~3.5x slower: issue 65). The trial leaves no trace: the weights are untouched, the gradients and the random
+state restored. The pick is stored in every checkpoint, so a resumed run keeps it whatever the machine's load then.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 from ..config import ConfigError, TrainConfig
 from ..model import cpu_speed
 
-TRIAL_BATCHES = 3  # timed batches per mode, after one untimed warm-up batch each
+TRIAL_BATCHES = 5  # timed rounds (one batch in each mode), after one untimed warm-up batch each
 BF16_MARGIN = 0.85  # bf16 rounds, so it is picked only where it clearly pays: at most 0.85x float32's time per batch
 
 
@@ -50,27 +52,37 @@ def needs_trial(tc: TrainConfig, device: torch.device) -> bool:
     return tc.precision == "auto" and device.type == "cpu" and cpu_speed.native_bf16()
 
 
-def resolve_cpu_auto(saved: str | None, resumed: bool, trial: Callable[[], tuple[float, float]]) -> tuple[str, str]:
+Trial = Callable[[], tuple[list[float], list[float]]]
+
+
+def resolve_cpu_auto(saved: str | None, resumed: bool, trial: Trial) -> tuple[str, str]:
     """The precision of a CPU run with train.precision = 'auto' on a CPU with native bf16, and the line to log.
 
     `saved`: the pick stored in the run's checkpoint (None when there is none); `resumed`: whether the run already
     trained (a run saved before picks were stored trained in float32, the earlier meaning of 'auto' on CPU);
-    `trial()`: seconds per batch in (fp32, bf16)."""
+    `trial()`: seconds per batch in (fp32, bf16), one of each per round, the rounds in order."""
     if saved in ("fp32", "bf16"):
         return saved, f"train.precision 'auto': {saved}, as picked when this run started"
     if resumed:
         return "fp32", "train.precision 'auto': fp32, as this run was trained so far"
     fp32, bf16 = trial()
-    pick = "bf16" if bf16 <= BF16_MARGIN * fp32 else "fp32"
+    ratios = [b / max(f, 1e-12) for f, b in zip(fp32, bf16)]  # paired: the same batch in both modes
+    clearly = float(np.median(ratios)) <= BF16_MARGIN
+    steady = max(ratios) < 1.0  # bf16 the faster in every round: the difference is not the machine's noise
+    pick = "bf16" if clearly and steady else "fp32"
+    noisy = "; the rounds disagree (a busy machine?): too noisy to pick bf16" if clearly and not steady else ""
     return pick, (
-        f"train.precision 'auto': {pick} (a trial on the first batches: {fp32:.3f} s per batch in float32, "
-        f"{bf16:.3f} s in bfloat16); set train.precision to fix it"
+        f"train.precision 'auto': {pick} (a trial on the first batches: {np.median(fp32):.3f} s per batch in "
+        f"float32, {np.median(bf16):.3f} s in bfloat16, {len(ratios)} rounds{noisy}); set train.precision to fix it"
     )
 
 
-def time_modes(task: Any, model: torch.nn.Module, tc: TrainConfig, device: torch.device) -> tuple[float, float]:
+def time_modes(
+    task: Any, model: torch.nn.Module, tc: TrainConfig, device: torch.device
+) -> tuple[list[float], list[float]]:
     """Seconds per forward and backward pass of `model` over the run's first batches, in float32 and in bf16
-    autocast (the modes alternate, the median of each counts). Weights, gradients and random state are as before."""
+    autocast: one round per batch, the modes alternating within it. Weights, gradients and random state are as
+    before."""
     batches = _first_batches(task, tc)
     modes: dict[str, Callable[[], Any]] = {
         "fp32": contextlib.nullcontext,
@@ -89,7 +101,7 @@ def time_modes(task: Any, model: torch.nn.Module, tc: TrainConfig, device: torch
     finally:
         model.zero_grad(set_to_none=True)
         torch.set_rng_state(rng)
-    return float(np.median(seconds["fp32"])), float(np.median(seconds["bf16"]))
+    return seconds["fp32"], seconds["bf16"]
 
 
 def _first_batches(task: Any, tc: TrainConfig) -> list:
