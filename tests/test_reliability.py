@@ -178,6 +178,8 @@ def _run_setting(section: str, key: str, value):
         raw[section][key] = value
         path.write_text(json.dumps(raw))
 
+    return setup
+
 
 def _run_of_task(task: str):
     """{tmp}/other: a copy of the run whose config.json names another task (what such a run's config says first)."""
@@ -560,10 +562,10 @@ CASES = {
     "prepare --vocab-sample 0": Case(
         [*PREPARE, "--vocab-sample", "0", "--out", "{tmp}/d"], ("--vocab-sample must be at least 101", "got 0")
     ),
-    "prepare --workers -1": Case([*PREPARE, "--workers", "-1", "--out", "{tmp}/d"], ("--workers must be 0",)),
+    "prepare --workers -1": Case([*PREPARE, "--workers", "-1", "--out", "{tmp}/d"], ("--workers must be at least 0",)),
     "train with data.vocab_sample = 50": Case(
         ["train", "{recipe}", "--out", "{tmp}/r", "--set", "data.vocab_sample=50"],
-        ("data.vocab_sample (prepare --vocab-sample) must be at least 101",),
+        ("data.vocab_sample must be at least 101, got 50",),
         absent=("{tmp}/r",),
     ),
     # issue 65 item 8: the data.prepared folder of a run being resumed, moved or deleted

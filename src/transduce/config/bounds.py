@@ -88,7 +88,7 @@ BOUNDS: dict[str, Bound] = {
     "data.vocab_size": Bound(5),  # the four special pieces and one more
     "data.max_len": POSITIVE,
     "data.max_ratio": Bound(1.0),  # a longer/shorter ratio is never below 1: a bound below it drops every pair
-    "data.vocab_sample": POSITIVE,
+    "data.vocab_sample": Bound(101),  # SentencePiece samples no fewer sentences (data/parallel.py MIN_VOCAB_SAMPLE)
     "data.workers": COUNT,  # 0: one per core
     "data.valid_fraction": RATE,
     # train
