@@ -285,7 +285,18 @@ class Translator:
         src = self._padded(sources)  # (B, S)
         tgt = self._padded(targets)  # (B, T) target + EOS, PAD after
         tgt_in = torch.cat([torch.full_like(tgt[:, :1], self.tokenizer.special.bos), tgt[:, :-1]], dim=1)  # (B, T)
-        models = self.model.members if isinstance(self.model, Ensemble) else [self.model]
+        if not isinstance(self.model, Ensemble):  # the logits of the real target positions only (no padding), and
+            # log p(y_t) = z_{y_t} - logsumexp(z) without a whole log-softmax
+            positions = (tgt.reshape(-1) != self.tokenizer.special.pad).nonzero().squeeze(1)  # row by row, in order
+            logits = self.model(src, tgt_in, positions).float()  # (N, V)
+            wanted = tgt.reshape(-1)[positions]
+            flat = (logits.gather(1, wanted.unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=-1)).tolist()
+            out, at = [], 0
+            for ids in targets:
+                out.append(flat[at : at + len(ids)])
+                at += len(ids)
+            return out
+        models = self.model.members
         lprobs = torch.stack([torch.log_softmax(m(src, tgt_in).float(), dim=-1) for m in models])  # (M, B, T, V)
         # an ensemble's distribution is its members' mean (decoding/ensemble.py)
         lprobs = torch.logsumexp(lprobs, dim=0) - math.log(len(models))  # (B, T, V)
