@@ -304,6 +304,9 @@ def prepare(
             raise DataError(f"{changed[0]}: changed while it was being prepared; run the command again")
         return {**summary, "input_stats": stats}
 
+    if frozen:  # a run being resumed, and every DDP rank after the first: only reads a finished cache (or refuses)
+        reuse_or_build(out_dir, key, digests, build, frozen=True, log=log)
+        return load_prepared(out_dir)
     created = next((p for p in reversed(out_dir.parents) if not p.exists()), None)  # the topmost new parent
     out_dir.parent.mkdir(parents=True, exist_ok=True)  # the lock file lives beside the output
     try:
