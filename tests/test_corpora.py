@@ -153,7 +153,7 @@ def test_a_training_run_draws_its_epochs_by_weight_and_translate_takes_the_tag(c
         "weight": 3.0,
         "tag": "<bt>",
     }
-    from transduce.data.parallel import load_prepared
+    from transduce.data.prepared import load_prepared
 
     data = load_prepared(run / "data")
     task = TranslationTask(load_config(recipe), data)

@@ -65,7 +65,7 @@ def test_prepare_encodes_every_split_and_reuses_its_cache(tmp_path):
 def test_a_prepared_folder_with_ids_beyond_its_vocabulary_is_refused_on_load(tmp_path, capsys):
     """Ids at or past the vocabulary (a damaged folder, another tokenizer's ids) gave an IndexError in the
     embedding at the first batch holding one: refused in one line on load, naming the file (issue 65)."""
-    from transduce.data.parallel import open_prepared
+    from transduce.data.prepared import open_prepared
 
     out = tmp_path / "prepared"
     prepare(config(write_corpus(tmp_path, "train", 60)), out, log=lambda _: None)

@@ -15,11 +15,13 @@ from .text import DataError, file_digest, find_side, read_lines, read_parallel, 
 
 if TYPE_CHECKING:
     from .corpus import Batch, ParallelCorpus, TokenArrays, collate
-    from .parallel import Prepared, load_prepared, prepare
+    from .parallel import prepare
+    from .prepared import Prepared, load_prepared
 
 _LAZY = {
     **dict.fromkeys(("Batch", "ParallelCorpus", "TokenArrays", "collate"), ".corpus"),
-    **dict.fromkeys(("Prepared", "load_prepared", "prepare"), ".parallel"),
+    **dict.fromkeys(("Prepared", "load_prepared"), ".prepared"),
+    "prepare": ".parallel",
 }
 
 

@@ -11,13 +11,11 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import asdict, dataclass, replace
-from functools import partial
+from dataclasses import asdict, replace
 from itertools import zip_longest
 from multiprocessing import get_context
 from pathlib import Path
@@ -31,19 +29,24 @@ from ..outputs import (
     claim_folder,
     exclusive,
     exclusive_output,
-    names_file,
     read_manifest,
     remove_if_bare,
     remove_leftovers,
     remove_own_folder,
 )
 from .cache import reuse_or_build
-from .corpus import ParallelCorpus, TokenArrays
-from .formats import count_rows, pair_blocks, pair_format
+from .formats import count_rows
+from .inputs import (
+    Input,
+    Inputs,
+    split_inputs,
+    with_tokenizer,
+)
+from .joining import join_chunks
 from .marian import load_tokenizer
+from .prepared import Prepared, load_prepared
 from .stream import (
     CHUNK_LINES,
-    Blocks,
     ChunkJob,
     chunk_folder,
     count_lines,
@@ -51,155 +54,13 @@ from .stream import (
     line_blocks,
     read_chunk_stats,
     sample_lines,
-    split_lines,
 )
-from .text import DataError, file_digest, find_side, read_lines, resolve_path
+from .text import DataError, file_digest
 from .tokenizer import Tokenizer, TokenizerError
-from .training_text import corpus_bounds, corpus_weights, training_corpora
+from .workers import start_worker
 
 # prepare ----------------------------------------------------------------------------------------------------------
 PARTIAL = "data (unfinished)"  # the manifest kind of a prepare's work folder, kept until the cache is complete
-
-
-@dataclass
-class Prepared:
-    """A prepared data folder: tokenizer, encoded splits (memory-mapped), and the summary that `prepare` printed."""
-
-    root: Path
-    tokenizer: Tokenizer
-    splits: dict[str, ParallelCorpus]
-    summary: dict
-
-    def texts(self, split: str) -> tuple[list[str], list[str]]:
-        """The raw (kept) sentences of a split: for validation and test splits (BLEU against real references) the
-        folder's copies; for the training split (subword sampling) the kept lines of the input files, which must
-        be unchanged since `prepare` read them."""
-        if split != "train":  # the folder's copies
-            return read_lines(self.root / f"{split}.src.txt"), read_lines(self.root / f"{split}.tgt.txt")
-        from .training_text import check_unchanged
-
-        lines = np.load(self.root / f"{split}.lines.npy", allow_pickle=False)
-        errors = self.summary.get("options", {}).get("errors", "strict")
-        sides: list[list[str]] = [[], []]
-        for corpus in training_corpora(self.summary):  # each corpus's kept pairs, one after the other
-            first, count = corpus["first"], corpus["sentences"]
-            fmt = corpus.get("format", "lines")
-            for k, (side, name) in enumerate(zip(sides, corpus["files"])):
-                check_unchanged(Path(name), self.summary, self.root)
-                if fmt == "lines":
-                    side.extend(_select_lines(Path(name), lines[first : first + count], errors))
-                    continue
-                one = Input(Path(name), Path(name), format=fmt, langs=tuple(corpus["langs"]))
-                side.extend(_select_rows(one, k, lines[first : first + count], errors))
-        return sides[0], sides[1]
-
-    def corpus_bounds(self) -> np.ndarray:
-        """Where each training corpus's pairs begin in the training split, and the end: [0, n1, n1 + n2, ...]."""
-        return corpus_bounds(self.summary)
-
-    def corpus_weights(self) -> list[float]:
-        return corpus_weights(self.summary)
-
-
-def _select_lines(path: Path, wanted: np.ndarray, errors: str) -> list[str]:
-    """The lines of `path` whose numbers (from 0, rising) are in `wanted`, read in chunks."""
-    out: list[str] = []
-    first = 0
-    for count, block in line_blocks(path, CHUNK_LINES):
-        here = wanted[np.searchsorted(wanted, first) : np.searchsorted(wanted, first + count)] - first
-        if len(here):
-            lines = split_lines(block, str(path), first, errors)
-            out.extend(lines[i] for i in here)
-        first += count
-    return out
-
-
-@dataclass(frozen=True)
-class Input:
-    """One corpus of a split: its two files (absolute), the tag put before its sources, its weight (training)."""
-
-    src: Path
-    tgt: Path
-    tag: str = ""
-    weight: float = 1.0
-    format: str = "lines"  # "lines": two line-aligned files; "tsv", "jsonl", "parquet": one file (src = tgt)
-    langs: tuple[str, str] = ("", "")  # a one-file corpus: its source and target's keys (data.src, data.tgt)
-
-    def side_blocks(self, side: int) -> Blocks:
-        """One side's lines in blocks of CHUNK_LINES: (lines, their bytes), read anew each call."""
-        if self.format == "lines":
-            return partial(line_blocks, self.pair[side], CHUNK_LINES)
-        return lambda: ((n, tgt if side else src) for n, src, tgt, _ in self.blocks())
-
-    def blocks(self) -> Iterator[tuple[int, bytes, bytes, np.ndarray]]:
-        """A one-file corpus in blocks of rows (formats.pair_blocks)."""
-        return pair_blocks(self.src, self.format, *self.langs, CHUNK_LINES)
-
-    @property
-    def pair(self) -> tuple[Path, Path]:
-        return self.src, self.tgt
-
-
-Inputs = dict[str, list[Input]]  # split -> its corpora (one, but for a training split of data.corpora)
-
-
-def split_inputs(config: DataConfig) -> Inputs:
-    """Every split's files, found (PREFIX.SIDE or PREFIX.SIDE.gz) and made absolute: the summary records where the
-    training text is (subword sampling reads it again)."""
-
-    def found(prefix: str, src: str, tgt: str, **kw: Any) -> Input:
-        fmt = pair_format(prefix)
-        if fmt is not None:  # one file of both sides (TSV, JSONL, Parquet)
-            path = resolve_path(prefix)
-            if not path.is_file():
-                raise DataError(f"{prefix}: no such file")
-            return Input(path.absolute(), path.absolute(), format=fmt, langs=(src, tgt), **kw)
-        return Input(find_side(prefix, src).absolute(), find_side(prefix, tgt).absolute(), **kw)
-
-    inputs = {}
-    for split, prefix in split_prefixes(config).items():
-        if split == "train":  # data.train's pairs (if set), then each of data.corpora's
-            inputs[split] = [found(prefix, config.src, config.tgt)] if config.train else []
-            inputs[split] += [
-                found(c.prefix, c.src or config.src, c.tgt or config.tgt, tag=c.tag, weight=c.weight)
-                for c in config.corpora
-            ]
-        else:
-            inputs[split] = [found(prefix, config.src, config.tgt, tag=config.valid_tag if split == "valid" else "")]
-    return inputs
-
-
-def _select_rows(one: Input, side: int, wanted: np.ndarray, errors: str) -> list[str]:
-    """A one-file corpus's `side` of the rows whose numbers (from 0, rising) are in `wanted`."""
-    out: list[str] = []
-    first = 0
-    for count, block in one.side_blocks(side)():
-        here = wanted[np.searchsorted(wanted, first) : np.searchsorted(wanted, first + count)] - first
-        if len(here):
-            lines = split_lines(block, str(one.src), first, errors)
-            out.extend(lines[i] for i in here)
-        first += count
-    return out
-
-
-def split_prefixes(config: DataConfig) -> dict[str, str]:
-    """Each split's file prefix (the training split's: data.train, or data.corpora's first), by split name."""
-    if not config.train and not config.corpora:
-        raise DataError("no training data: set data.train (a file prefix, e.g. multi30k/train) or data.corpora")
-    splits = {"train": config.train or config.corpora[0].prefix}
-    if config.valid:
-        splits["valid"] = config.valid
-    for prefix in config.test:  # a test split is named by its file name (what `evaluate` and the summary show)
-        name = Path(prefix).name
-        if name in ("train", "valid"):
-            raise DataError(f"data.test: {prefix} would be named {name!r}, the name of the {name} split; rename it")
-        if name in splits:
-            raise DataError(
-                f"data.test: {splits[name]} and {prefix} would both be named {name!r} (a test split is named by "
-                "its file name); rename one"
-            )
-        splits[name] = prefix
-    return splits
 
 
 def _input_digests(files: Inputs) -> dict[str, str]:
@@ -215,40 +76,6 @@ def _all_files(files: Inputs) -> list[Path]:
 NOT_IN_KEY = ("workers", "prepared", "tokenizer")
 # the fields that only say how a vocabulary is learned: with data.tokenizer none is, and they are the tokenizer's
 VOCABULARY_OPTIONS = ("vocab_size", "model_type", "lowercase", "split_digits", "vocab_sample")
-
-
-def tokenizer_file(name: str | Path) -> Path:
-    """data.tokenizer (`prepare --tokenizer`): a SentencePiece .model file, or a folder that holds tokenizer.model
-    (a run directory, a prepared data folder), as an absolute path."""
-    path = Path(name).expanduser().absolute()
-    if path.is_dir():
-        path = path / "tokenizer.model"
-        if not path.is_file():
-            raise DataError(f"{path.parent}: no tokenizer.model here (data.tokenizer names a run, a prepared data "
-                            "folder or a SentencePiece .model file)")  # fmt: skip
-    elif not path.is_file():
-        raise DataError(f"{path}: no such tokenizer (data.tokenizer names a run, a prepared data folder or a "
-                        "SentencePiece .model file)")  # fmt: skip
-    return path
-
-
-def with_tokenizer(config: DataConfig) -> tuple[DataConfig, str]:
-    """data.tokenizer made concrete: its absolute path, the vocabulary options set to what the tokenizer is (so the
-    summary and a run's config.json say what was used), and the digest of its model and settings files ("" without
-    data.tokenizer: a vocabulary is learned)."""
-    if not config.tokenizer:
-        return config, ""
-    path = tokenizer_file(config.tokenizer)
-    try:
-        tokenizer = load_tokenizer(path)
-    except TokenizerError as err:
-        raise DataError(f"data.tokenizer: {err}") from None
-    meta = tokenizer.meta
-    known = {k: meta[k] for k in ("model_type", "lowercase", "split_digits") if k in meta}
-    config = replace(config, tokenizer=str(path), vocab_size=tokenizer.vocab_size, **known)
-    side = path.with_suffix(".json")
-    digest = file_digest(path) + (file_digest(side) if side.is_file() else "")
-    return config, digest
 
 
 def _cache_key(config: DataConfig, files: Inputs, digests: dict[str, str], tokenizer: str = "") -> str:
@@ -421,7 +248,7 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
             for side, path in zip(("src", "tgt"), one.pair):
                 if not any(s["nonblank"][side == "tgt"] for s in stats if s.get("corpus", 0) == k):
                     raise DataError(f"{path}: the file is empty")
-        corpus = _join_chunks(split, folders, out, id_dtype, text=split != "train")
+        corpus = join_chunks(split, folders, out, id_dtype, text=split != "train")
         info: dict[str, Any] = {
             "files": [str(p) for one in files[split] for p in one.pair],
             **_counts(stats),
@@ -494,7 +321,7 @@ def _learn_vocabulary(config: DataConfig, files: dict, tokenizer_path: Path, log
                     raise DataError(f"{one.src}: the file is empty")
     train = [path for one in files["train"] for path in one.pair]
     train_counts = [n for one in files["train"] for n in counts[one]]
-    blocks = [one.side_blocks(side) for one in files["train"] for side in (0, 1)]
+    blocks = [one.side_blocks(side, CHUNK_LINES) for one in files["train"] for side in (0, 1)]
     total = sum(train_counts)
     if total > config.vocab_sample:
         log(f"data: the vocabulary is trained on {config.vocab_sample:,} of {total:,} training sentences")
@@ -549,7 +376,7 @@ def _encode_chunks(
     pool = None
     if workers > 1 and sum(i.src.stat().st_size for i in files["train"]) > CHUNK_LINES * 16:  # over a chunk or so
         pool = ProcessPoolExecutor(
-            workers, mp_context=get_context("spawn"), initializer=_start_worker, initargs=(os.getpid(),)
+            workers, mp_context=get_context("spawn"), initializer=start_worker, initargs=(os.getpid(),)
         )
     results: dict[str, list] = {}
     pending: deque = deque()
@@ -606,7 +433,7 @@ def _chunk_jobs(
         prefix = (tag_ids[one.tag],) if one.tag else ()
         if one.format != "lines":  # one file of both sides: its rows' blocks, where each row begins
             first = 0
-            for n, src, tgt, starts in one.blocks():
+            for n, src, tgt, starts in one.blocks(CHUNK_LINES):
                 yield ChunkJob(
                     split, index, first, src, tgt, str(one.src), str(one.tgt), str(chunks), tokenizer, kind,
                     config.max_len, config.max_ratio, config.errors, id_dtype, corpus=k, prefix=prefix,
@@ -639,140 +466,6 @@ def _check_line_counts(src_path: Path, tgt_path: Path, n_src: int, n_tgt: int) -
             f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; "
             "parallel files must have one sentence per line on both sides"
         )
-
-
-def _start_worker(parent: int) -> None:
-    """An encoding worker: Ctrl-C is the main process's to handle (a worker saves nothing), and the worker dies with
-    its parent. A `prepare` killed with SIGKILL cannot stop its workers: without this they lived on as orphans,
-    blocked for good, and kept multiprocessing's resource tracker alive too (issue 65 item 5)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with_parent(parent)
-
-
-PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the thread that made it ends (Linux)
-
-
-def die_with_parent(parent: int) -> None:
-    """Have the kernel send this process SIGKILL when its parent (pid `parent`) ends: prctl(PR_SET_PDEATHSIG) on
-    Linux; where prctl is missing, a daemon thread that watches for the parent's end. A parent gone already (before
-    this ran) ends the process at once."""
-    import ctypes
-    import threading
-    import time
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
-    except (OSError, AttributeError):  # not Linux
-        armed = False
-    if os.getppid() != parent:  # the parent ended before the signal was armed
-        os._exit(1)
-    if armed:
-        return
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def _join_chunks(split: str, folders: list[Path], out: Path, id_dtype: str, *, text: bool) -> ParallelCorpus:
-    """One split's chunks joined into OUT/SPLIT.SIDE.{ids,lengths,offsets}.npy, OUT/SPLIT.lines.npy (each kept
-    pair's line number in the input files) and, for the training split, OUT/train.SIDE.starts.npy (where each kept
-    line begins in its decompressed input file), for the others OUT/SPLIT.SIDE.txt. Each file is written chunk by
-    chunk (never a whole array in memory, never a memory map being filled); read back memory-mapped."""
-
-    def parts(name: str) -> Callable[[], Iterator[np.ndarray]]:
-        return lambda: (np.load(f / f"{name}.npy", mmap_mode="r", allow_pickle=False) for f in folders)
-
-    for name in ["lines"] if text else ["lines", "src.starts", "tgt.starts"]:
-        _write_joined(out / f"{split}.{name}.npy", parts(name), np.int64)
-    for side in ("src", "tgt"):
-        lengths = parts(f"{side}.lengths")
-        longest = max((int(np.max(a, initial=0)) for a in lengths()), default=0)
-        _write_joined(out / f"{split}.{side}.lengths.npy", lengths, _length_dtype(longest))
-        _write_joined(out / f"{split}.{side}.offsets.npy", partial(_running_offsets, lengths), np.int64)
-        _write_joined(out / f"{split}.{side}.ids.npy", parts(f"{side}.ids"), np.dtype(id_dtype))
-        if text:
-            with names_file(out / f"{split}.{side}.txt"), open(out / f"{split}.{side}.txt", "wb") as dst:
-                for f in folders:
-                    with open(f / f"{side}.txt", "rb") as src:
-                        shutil.copyfileobj(src, dst)
-    return ParallelCorpus(TokenArrays.load(out / f"{split}.src"), TokenArrays.load(out / f"{split}.tgt"))
-
-
-def _length_dtype(longest: int) -> Any:
-    return np.uint16 if longest < 1 << 16 else np.int32
-
-
-def _running_offsets(lengths: Callable[[], Iterator[np.ndarray]]) -> Iterator[np.ndarray]:
-    """0, then the cumulative sum of the lengths, one chunk at a time."""
-    carry = 0
-    yield np.zeros(1, dtype=np.int64)
-    for part in lengths():
-        offsets = np.cumsum(part, dtype=np.int64) + carry
-        carry = int(offsets[-1]) if len(offsets) else carry
-        yield offsets
-
-
-def _write_joined(path: Path, parts: Callable[[], Iterator[np.ndarray]], dtype: Any) -> None:
-    """A .npy file of the parts one after another, streamed: its header first (the length counted by a first pass
-    over the parts' headers). One part is mapped at a time: a part read is unmapped before the next (the pages of
-    a memory map count as the process's memory while it is mapped)."""
-    total = sum(len(p) for p in parts())
-    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (total,)}
-    with names_file(path), open(path, "wb") as f:  # a full disk's error names the file
-        np.lib.format.write_array_header_1_0(f, header)
-        for p in parts():
-            f.write(np.ascontiguousarray(p, dtype=dtype).tobytes())
-            del p
-
-
-def open_prepared(folder: str | Path) -> Prepared:
-    """A folder that `transduce prepare` made, opened read-only (data.prepared); anything else is refused."""
-    folder = Path(folder)
-    if not folder.exists():
-        raise DataError(f"{folder}: no such folder (data.prepared names a folder made by `transduce prepare`)")
-    manifest = read_manifest(folder)
-    if not folder.is_dir() or manifest is None or manifest["kind"] != "data" or not (folder / "summary.json").is_file():
-        raise DataError(f"{folder}: not a data folder made by `transduce prepare` (data.prepared names one)")
-    return load_prepared(folder)
-
-
-def load_prepared(root: str | Path) -> Prepared:
-    root = Path(root)
-    try:
-        summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
-        tokenizer = load_tokenizer(root / "tokenizer.model")
-        splits = {
-            name: ParallelCorpus(TokenArrays.load(root / f"{name}.src"), TokenArrays.load(root / f"{name}.tgt"))
-            for name in summary["splits"]
-        }
-    except (OSError, KeyError, ValueError, TokenizerError) as err:
-        raise DataError(f"{root}: not a prepared data folder ({err})") from None
-    for name, corpus in splits.items():
-        for side, arrays in (("src", corpus.src), ("tgt", corpus.tgt)):
-            _check_ids(root / f"{name}.{side}.ids.npy", arrays.ids, tokenizer.vocab_size)
-    return Prepared(root, tokenizer, splits, summary)
-
-
-ID_BLOCK = 1 << 24  # ids checked per block (a memory map read in blocks: 32 MB of uint16 at a time)
-
-
-def _check_ids(path: Path, ids: np.ndarray, vocab_size: int) -> None:
-    """Every id within the vocabulary: a folder whose ids are not (damaged, or made with another tokenizer) is
-    refused in one line on load (it gave an IndexError in the embedding, at the first batch that held one)."""
-    for start in range(0, len(ids), ID_BLOCK):
-        block = ids[start : start + ID_BLOCK]
-        low, high = int(block.min()), int(block.max())
-        if low < 0 or high >= vocab_size:
-            bad = low if low < 0 else high
-            raise DataError(
-                f"{path}: token id {bad} is outside the vocabulary of {vocab_size} pieces (its tokenizer.model): "
-                "the folder is damaged or was not made with this tokenizer; prepare it again"
-            )
 
 
 def format_summary(summary: dict) -> str:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from ..config import Config, ConfigError, DataConfig, ModelConfig, read_config
 from ..data import DataError
+from ..data.inputs import split_inputs, with_tokenizer
 from ..data.marian import load_tokenizer
-from ..data.parallel import open_prepared, split_inputs, with_tokenizer
+from ..data.prepared import open_prepared
 from ..data.tokenizer import Tokenizer
 from ..training.init_from import RECORD, source_run
 

@@ -17,7 +17,7 @@ import torch
 from ..config import Config, ConfigError, DataConfig, build_section, read_config, save_config
 from ..data import Batch, DataError, ParallelCorpus, Prepared, TokenArrays, collate, prepare
 from ..data.batching import corpus_draw, epoch_batches, make_batches
-from ..data.parallel import open_prepared
+from ..data.prepared import open_prepared
 from ..data.training_text import TEXT_COPY, TrainingText, corpus_bounds, corpus_weights, training_corpora
 from ..decoding.translator import Translator
 from ..metrics import score
