@@ -145,3 +145,31 @@ def untrained_classifier(tokenizer_path: Path, labels: list[str]):
     )
     model = TransformerClassifier(config.model, config.head, max_len=config.data.max_len).eval()
     return Classifier(model, tokenizer, labels, config)
+
+
+def make_run(root: Path, tokenizer: Path, *, seed: int = 0, perturb: bool = False, **model) -> Path:
+    """A run directory holding a randomly initialised model (Xavier / N(0, d^-0.5), see model.init_parameters);
+    `perturb`: its biases and LayerNorms random too (an export must carry them, not their initial values)."""
+    import torch
+
+    from transduce.config import Config, ModelConfig, save_config
+    from transduce.data.tokenizer import Tokenizer
+    from transduce.model import Transformer
+    from transduce.training.checkpoint import save_weights
+
+    torch.manual_seed(seed)
+    shape = {"d_model": 32, "d_ff": 64, "n_heads": 4, "n_layers": 1, "dropout": 0.0, "max_len": 64, **model}
+    config = Config(model=ModelConfig(vocab_size=Tokenizer(tokenizer).vocab_size, **shape))
+    root.mkdir(parents=True)
+    save_config(config, root / "config.json")
+    Tokenizer(tokenizer).copy_to(root / "tokenizer.model")
+    network = Transformer(config.model)
+    if config.model.output_bias:  # a bias that changes the outputs (training would learn one; zero at the start)
+        torch.nn.init.normal_(network.output.bias, std=0.5)
+    if perturb:
+        with torch.no_grad():
+            for name, p in network.named_parameters():
+                if "norm" in name or name.endswith("bias"):
+                    p.add_(torch.randn_like(p) * 0.1)
+    save_weights(network, root / "best.safetensors")
+    return root

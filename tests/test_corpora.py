@@ -14,6 +14,7 @@ from transduce.config import ConfigError, CorpusConfig, DataConfig, load_config
 from transduce.data import DataError, prepare
 from transduce.data.batching import corpus_draw, epoch_batches
 from transduce.data.tokenizer import Tokenizer
+from transduce.data.training_text import corpus_bounds, corpus_weights
 from transduce.decoding.translator import Translator
 from transduce.model import Transformer
 from transduce.tasks.translation import TranslationTask
@@ -83,7 +84,7 @@ def test_prepare_puts_each_corpus_after_the_one_before_with_its_tag_one_token_fi
         assert train.src[300 + i].tolist() == [tag, *untagged[i]]
     assert all(train.src[i][0] != tag for i in range(300))
     assert all(data.splits["valid"].src[i][0] == tag for i in range(20))  # data.valid_tag
-    assert data.corpus_bounds().tolist() == [0, 300, 420] and data.corpus_weights() == [1.0, 2.0]
+    assert corpus_bounds(data.summary).tolist() == [0, 300, 420] and corpus_weights(data.summary) == [1.0, 2.0]
     # the training text, read back for subword sampling, follows the corpora too
     sources, targets = data.texts("train")
     assert sources[300:] == Path(corpora / "bt.en").read_text().splitlines()
@@ -110,7 +111,7 @@ def test_one_corpus_as_data_corpora_has_the_ids_of_data_train(corpora):
     both = two_corpora(corpora)
     c = prepare(both, corpora / "c", log=lambda _: None)
     d = prepare(dataclasses.replace(both, train=str(corpora / "train"), corpora=both.corpora[1:]), corpora / "d")
-    assert d.corpus_bounds().tolist() == c.corpus_bounds().tolist() == [0, 300, 420]
+    assert corpus_bounds(d.summary).tolist() == corpus_bounds(c.summary).tolist() == [0, 300, 420]
     assert np.array_equal(c.splits["train"].src.ids, d.splits["train"].src.ids)
 
 

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import train_toy_run
+from conftest import make_run, train_toy_run
 
-from transduce.config import Config, ModelConfig, read_config, save_config
+from transduce.config import read_config
 from transduce.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from transduce.decoding.mbr import mbr_rerank
 from transduce.decoding.translator import Translator
@@ -19,9 +19,7 @@ from transduce.export import (
     export_ctranslate2,
     is_export,
 )
-from transduce.model import Transformer
 from transduce.outputs import OutputError
-from transduce.training.checkpoint import save_weights
 
 pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'transduce[export]')")
 
@@ -40,21 +38,6 @@ def exports(trained_run, tmp_path_factory):
         "ours": Translator.from_run(run, device="cpu"),
         "float32": export_ctranslate2(run, root / "float32"),
     }
-
-
-def make_run(root: Path, tokenizer: Path, *, seed: int = 0, **model) -> Path:
-    """A run directory holding a randomly initialised model (Xavier / N(0, d^-0.5), see model.init_parameters)."""
-    torch.manual_seed(seed)
-    shape = {"d_model": 32, "d_ff": 64, "n_heads": 4, "n_layers": 1, "dropout": 0.0, "max_len": 64, **model}
-    config = Config(model=ModelConfig(vocab_size=Tokenizer(tokenizer).vocab_size, **shape))
-    root.mkdir(parents=True)
-    save_config(config, root / "config.json")
-    Tokenizer(tokenizer).copy_to(root / "tokenizer.model")
-    network = Transformer(config.model)
-    if config.model.output_bias:  # a bias that changes the outputs (training would learn one; zero at the start)
-        torch.nn.init.normal_(network.output.bias, std=0.5)
-    save_weights(network, root / "best.safetensors")
-    return root
 
 
 def teacher_forced_log_probs(translator: Translator, source: str, target_ids: list[int]) -> list[float]:

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import make_run
 
-from transduce.config import ClassifierRunConfig, Config, HeadConfig, ModelConfig, save_config
-from transduce.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from transduce.config import ClassifierRunConfig, HeadConfig, ModelConfig, save_config
+from transduce.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transduce.decoding.translator import Translator
 from transduce.export import ExportError
 from transduce.export.huggingface import KIND, export_huggingface, is_export
-from transduce.model import Transformer
 from transduce.outputs import OutputError, write_manifest
-from transduce.training.checkpoint import save_weights
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'transduce[hf]')")
 
@@ -37,23 +36,6 @@ def exported(trained_run, tmp_path_factory):
         "model": transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval(),
         "tokenizer": transformers.AutoTokenizer.from_pretrained(out),
     }
-
-
-def make_run(root: Path, tokenizer: Path, *, seed: int = 0, **model) -> Path:
-    """A run directory holding a randomly initialised model (its biases and LayerNorms random too)."""
-    torch.manual_seed(seed)
-    shape = {"d_model": 32, "d_ff": 64, "n_heads": 4, "n_layers": 1, "dropout": 0.0, "max_len": 64, **model}
-    config = Config(model=ModelConfig(vocab_size=Tokenizer(tokenizer).vocab_size, **shape))
-    root.mkdir(parents=True)
-    save_config(config, root / "config.json")
-    Tokenizer(tokenizer).copy_to(root / "tokenizer.model")
-    network = Transformer(config.model)
-    with torch.no_grad():
-        for name, p in network.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.1)
-    save_weights(network, root / "best.safetensors")
-    return root
 
 
 def max_output(ours: Translator, n_source: int) -> int:
@@ -244,7 +226,7 @@ def test_save_pretrained_and_reload_still_equal(exported, tmp_path):
 )
 def test_pre_ln_as_pegasus_and_untied_embeddings_compute_as_ours(exported, tmp_path, settings, cls):
     """Random models decode to their maximum length: many steps to agree on."""
-    run = make_run(tmp_path / "run", exported["run"] / "tokenizer.model", **settings)
+    run = make_run(tmp_path / "run", exported["run"] / "tokenizer.model", perturb=True, **settings)
     out = export_huggingface(run, tmp_path / "export")
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
@@ -291,7 +273,7 @@ def test_each_setting_no_class_can_represent_is_refused_in_one_line(exported, tm
     tokenizer = exported["run"] / "tokenizer.model"
     if meta is not None:
         tokenizer = lowercased(tmp_path / "tok", tokenizer, **meta)
-    run = make_run(tmp_path / "run", tokenizer, **model)
+    run = make_run(tmp_path / "run", tokenizer, perturb=True, **model)
     with pytest.raises(ExportError, match="cannot export to Hugging Face") as err:
         export_huggingface(run, tmp_path / "export")
     assert reason in str(err.value) and "\n" not in str(err.value)

@@ -16,7 +16,7 @@ from .inputs import Input, select_lines, select_rows
 from .marian import load_tokenizer
 from .text import DataError, read_lines
 from .tokenizer import Tokenizer, TokenizerError
-from .training_text import corpus_bounds, corpus_weights, training_corpora
+from .training_text import training_corpora
 
 
 @dataclass
@@ -50,13 +50,6 @@ class Prepared:
                 one = Input(Path(name), Path(name), format=fmt, langs=tuple(corpus["langs"]))
                 side.extend(select_rows(one, k, lines[first : first + count], errors))
         return sides[0], sides[1]
-
-    def corpus_bounds(self) -> np.ndarray:
-        """Where each training corpus's pairs begin in the training split, and the end: [0, n1, n1 + n2, ...]."""
-        return corpus_bounds(self.summary)
-
-    def corpus_weights(self) -> list[float]:
-        return corpus_weights(self.summary)
 
 
 def open_prepared(folder: str | Path) -> Prepared:

@@ -61,8 +61,11 @@ class TrainingText:
                     "corpus has no lines: use its TSV or JSON Lines form, or train without train.subword_sampling"
                 )
             self.formats.append((fmt, *langs))
-            sides = []
+            sides: list[Path] = []
             for side, name in zip(("src", "tgt"), corpus["files"]):
+                if fmt != "lines" and sides:  # a one-file corpus: both sides read the one (decompressed) file
+                    sides.append(sides[0])
+                    continue
                 path = Path(name)
                 check_unchanged(path, summary, root)
                 if path.suffix == ".gz":

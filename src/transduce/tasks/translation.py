@@ -4,6 +4,7 @@ Transformer, label-smoothed cross-entropy over target tokens, validation loss an
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -153,19 +154,15 @@ class SequenceTask:
         (`epoch_corpus`) when the task `redraws`."""
         if self.redraws():
             self.corpus = self.epoch_corpus(seed=seed, epoch=epoch)
-        return epoch_batches(
-            self.corpus.src_lengths,
-            self.corpus.tgt_lengths,
-            self.corpus_draw(seed, epoch),
-            max_tokens=max_tokens,
-            seed=seed,
-            epoch=epoch,
-        )
+        return self.weighted_batches(max_tokens=max_tokens, seed=seed, epoch=epoch)
 
-    def corpus_draw(self, seed: int, epoch: int) -> np.ndarray | None:
-        """The epoch's pairs by the training corpora's weights (data.corpora; None: every pair once)."""
+    def weighted_batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+        """Batches of the epoch's pairs, drawn by the training corpora's weights (data.corpora, `corpus_draw`;
+        all weights 1: every pair once), cut from self.corpus's lengths."""
         summary = self.data.summary
-        return corpus_draw(corpus_bounds(summary), corpus_weights(summary), seed=seed, epoch=epoch)
+        draw = corpus_draw(corpus_bounds(summary), corpus_weights(summary), seed=seed, epoch=epoch)
+        lengths = self.corpus.src_lengths, self.corpus.tgt_lengths
+        return epoch_batches(*lengths, draw, max_tokens=max_tokens, seed=seed, epoch=epoch)
 
     def collate(self, indices: np.ndarray) -> Batch | list[Batch]:
         return self.collate_pairs(
@@ -233,14 +230,7 @@ class TranslationTask(SequenceTask):
         weight x its size, `corpus_draw`); under train.subword_sampling each batch is drawn as it is collated,
         `collate`."""
         self._epoch = (seed, epoch)  # what the batches collated next are drawn from
-        return epoch_batches(
-            self.corpus.src_lengths,
-            self.corpus.tgt_lengths,
-            self.corpus_draw(seed, epoch),
-            max_tokens=max_tokens,
-            seed=seed,
-            epoch=epoch,
-        )
+        return self.weighted_batches(max_tokens=max_tokens, seed=seed, epoch=epoch)
 
     def collate(self, indices: np.ndarray) -> Batch | list[Batch]:
         """A padded batch; under train.subword_sampling the batch's pairs drawn anew, sorted by their sampled lengths
@@ -275,9 +265,9 @@ class TranslationTask(SequenceTask):
             tokenizer.encode_sampled(side, alpha=alpha, seed=(2 * draw + k) % 2**32, target=k == 1)
             for k, side in enumerate(texts)
         ]
-        tags = self._tag_ids()
+        tags, starts = self._tags
         if any(tags):  # data.corpora's tags: each source begins with its corpus's, as prepared
-            corpus = np.searchsorted(self.data.corpus_bounds()[1:], indices, side="right")
+            corpus = np.searchsorted(starts, indices, side="right")
             sides[0] = [[tags[k], *ids] if tags[k] else ids for k, ids in zip(corpus, sides[0])]
         prepared, limit = self.data.splits["train"], self.config.data.max_len
         src, tgt = [], []
@@ -287,10 +277,12 @@ class TranslationTask(SequenceTask):
             tgt.append(prepared.tgt[i].tolist() if long else b)
         return ParallelCorpus(TokenArrays.from_lists(src), TokenArrays.from_lists(tgt))
 
-    def _tag_ids(self) -> list[int]:
-        """Each training corpus's tag id (0: none)."""
+    @functools.cached_property
+    def _tags(self) -> tuple[list[int], np.ndarray]:
+        """Each training corpus's tag id (0: none), and where corpora 1.. begin (made once, read per batch)."""
         corpora = training_corpora(self.data.summary)
-        return [self.data.tokenizer.tag_id(c["tag"]) if c.get("tag") else 0 for c in corpora]
+        tags = [self.data.tokenizer.tag_id(c["tag"]) if c.get("tag") else 0 for c in corpora]
+        return tags, corpus_bounds(self.data.summary)[1:-1]
 
     def _scratch(self) -> Path | None:
         """Where a gzipped training file is decompressed for sampling: RUN/subwords (one copy per run)."""
