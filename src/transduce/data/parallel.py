@@ -253,23 +253,8 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
             "files": [str(p) for one in files[split] for p in one.pair],
             **_counts(stats),
         }
-        if split == "train":  # each corpus's share of the split: its first kept pair, its counts, weight and tag
-            info["corpora"], first = [], 0
-            for k, one in enumerate(files[split]):
-                counts = _counts([s for s in stats if s.get("corpus", 0) == k])
-                files_k = [str(p) for p in one.pair]
-                info["corpora"].append(
-                    {
-                        "files": files_k,
-                        "first": first,
-                        **counts,
-                        "weight": one.weight,
-                        "tag": one.tag,
-                        "format": one.format,
-                        "langs": list(one.langs),
-                    }  # fmt: skip
-                )
-                first += counts["sentences"]
+        if split == "train":
+            info["corpora"] = _corpora_info(files[split], stats)
         for side, arr, lengths in (("src", corpus.src, corpus.src_lengths), ("tgt", corpus.tgt, corpus.tgt_lengths)):
             n = int(arr.offsets[-1])
             info[f"{side}_tokens"] = n
@@ -285,6 +270,18 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
         if not corpus["sentences"]:
             raise DataError(f"{corpus['files'][0]}: no usable training pairs (all empty, too long or unbalanced)")
     return summary
+
+
+def _corpora_info(inputs: list[Input], stats: list[dict]) -> list[dict]:
+    """Each training corpus's share of the split (summary.json): its files, its first kept pair, its counts, its
+    weight, tag and format."""
+    out, first = [], 0
+    for k, one in enumerate(inputs):
+        counts = _counts([s for s in stats if s.get("corpus", 0) == k])
+        out.append({"files": [str(p) for p in one.pair], "first": first, **counts, "weight": one.weight,
+                    "tag": one.tag, "format": one.format, "langs": list(one.langs)})  # fmt: skip
+        first += counts["sentences"]
+    return out
 
 
 def _counts(stats: list[dict]) -> dict[str, Any]:
