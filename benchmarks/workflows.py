@@ -28,6 +28,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -116,38 +117,52 @@ def backtranslation(args, budget: Budget) -> list[dict]:
     for name, picked in (("A", a), ("B", b)):
         write(split / f"{name}.en", [en[i] for i in picked])
         write(split / f"{name}.de", [de[i] for i in picked])
-    reverse = budget.train("multi30k", out / "de-en", f"data.train={json.dumps(str(split / 'A'))}", "data.src=de",
-                           "data.tgt=en", "data.test=[]")  # fmt: skip
-    kinds = {"beam": ["--beam", "4"], "sampling": ["--sampling-topk", "0", "--seed", "1"]}
-    for kind, flags in kinds.items():
-        synthetic = split / f"bt-{kind}.en"
-        if not synthetic.is_file():
-            with open(synthetic, "w", encoding="utf-8") as f:
-                cli("translate", str(reverse), "--input", str(split / "B.de"), "--quiet", *flags, stdout=f)
-        (split / f"bt-{kind}.de").write_bytes((split / "B.de").read_bytes())
-
-    def corpora(*tables: str) -> str:
-        return "data.corpora=[" + ", ".join(tables) + "]"
-
-    def table(prefix: str, tag: str = "") -> str:
-        return "{prefix = " + json.dumps(str(split / prefix)) + (f', tag = "{tag}"' if tag else "") + "}"
-
-    systems = {
-        "A only": [],
-        "A + B back-translated by beam": [corpora(table("bt-beam"))],
-        "A + B back-translated by sampling": [corpora(table("bt-sampling"))],
-        "A + B back-translated by beam, tagged <bt>": [corpora(table("bt-beam", "<bt>"))],
-        "A + the real B (the ceiling)": [corpora(table("B"))],
-    }
-    rows = [
-        {"system": "De->En on A (the back-translator)", "valid": bleu(reverse, *_val("de", "en"), lines=_n(budget))}
-    ]
     test_src, test_ref = data_file("multi30k/test_2016_flickr.en.gz"), data_file("multi30k/test_2016_flickr.de.gz")
-    for k, (name, settings) in enumerate(systems.items()):
-        run = budget.train("multi30k", out / f"en-de-{k}", f"data.train={json.dumps(str(split / 'A'))}", *settings)
-        rows.append({"system": f"En->De: {name}", "valid": bleu(run, *_val("en", "de"), lines=_n(budget)),
-                     "test2016": bleu(run, test_src, test_ref, lines=_n(budget))})  # fmt: skip
-    return rows
+    train_a = f"data.train={json.dumps(str(split / 'A'))}"
+
+    def reverse() -> dict:
+        run = budget.train("multi30k", out / "de-en", train_a, "data.src=de", "data.tgt=en", "data.test=[]")
+        return {"system": "De->En on A (the back-translator)", "run": run,
+                "valid": bleu(run, *_val("de", "en"), lines=_n(budget))}  # fmt: skip
+
+    def synthetic(back_translator) -> None:
+        run = back_translator.result()["run"]
+        for kind, flags in {"beam": ["--beam", "4"], "sampling": ["--sampling-topk", "0", "--seed", "1"]}.items():
+            made = split / f"bt-{kind}.en"
+            if not made.is_file():
+                with open(made.with_suffix(".part"), "w", encoding="utf-8") as f:
+                    cli("translate", str(run), "--input", str(split / "B.de"), "--quiet", *flags, stdout=f)
+                made.with_suffix(".part").rename(made)
+            (split / f"bt-{kind}.de").write_bytes((split / "B.de").read_bytes())
+
+    def system(k: int, name: str, settings: list[str], needs=None) -> dict:
+        if needs is not None:
+            needs.result()
+        run = budget.train("multi30k", out / f"en-de-{k}", train_a, *settings)
+        return {"system": f"En->De: {name}", "valid": bleu(run, *_val("en", "de"), lines=_n(budget)),
+                "test2016": bleu(run, test_src, test_ref, lines=_n(budget))}  # fmt: skip
+
+    def corpora(prefix: str, tag: str = "") -> list[str]:
+        table = "{prefix = " + json.dumps(str(split / prefix)) + (f', tag = "{tag}"' if tag else "") + "}"
+        return [f"data.corpora=[{table}]"]
+
+    # Submitted in an order in which a task waits only for tasks already running or done, so `--jobs` workers never
+    # deadlock: the back-translator and the two systems without synthetic data first, the synthetic ones last.
+    pool = ThreadPoolExecutor(max_workers=args.jobs)
+    try:
+        back = pool.submit(reverse)
+        first = [pool.submit(system, 0, "A only", []),
+                 pool.submit(system, 4, "A + the real B (the ceiling)", corpora("B"))]  # fmt: skip
+        made = pool.submit(synthetic, back)
+        bt = "A + B back-translated by"
+        later = [pool.submit(system, 1, f"{bt} beam", corpora("bt-beam"), made),
+                 pool.submit(system, 2, f"{bt} sampling", corpora("bt-sampling"), made),
+                 pool.submit(system, 3, f"{bt} beam, tagged <bt>", corpora("bt-beam", "<bt>"), made)]  # fmt: skip
+        reverse_row = {k: v for k, v in back.result().items() if k != "run"}
+        rows = [first[0].result(), *(f.result() for f in later), first[1].result()]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # after a failure, start no queued training
+    return [reverse_row, *rows]
 
 
 def _val(src: str, tgt: str) -> tuple[Path, Path]:
@@ -209,7 +224,12 @@ def main() -> int:
     parser.add_argument("--adapt-lr", type=float, default=5e-4, help="finetune: the adaptation's peak rate (linear)")
     parser.add_argument("--set", action="append", default=[], help="more settings for every training")
     parser.add_argument("--smoke", action="store_true", help="a tiny model and few sentences: to try the script")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="backtranslation: trainings run at once, each on cores/JOBS threads")  # fmt: skip
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
     budget = Budget(args.steps, args.smoke, args.set)
     start = time.time()
     rows = {"backtranslation": backtranslation, "multilingual": multilingual, "finetune": finetune}[args.experiment](

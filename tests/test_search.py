@@ -157,6 +157,28 @@ def test_cached_greedy_equals_uncached_greedy():
             assert produced == hyp[0].tokens
 
 
+def test_greedy_drops_ended_rows_from_the_batch():
+    """A sentence that ends leaves the batch: later steps decode only the rows still going (their cache rows
+    selected with them), and every sentence still gets its own tokens and score."""
+
+    class Counting(FakeModel):
+        table = {(): {A: 1.0}, (A,): {B: 1.0}, (A, B): {A: 1.0}}  # after BOS: A B A, then EOS (the default)
+
+        def __init__(self):
+            self.rows = []
+
+        def decode_step(self, tokens, cache):
+            self.rows.append(tokens.size(0))
+            return super().decode_step(tokens, cache)
+
+    model = Counting()
+    src = torch.tensor([[7, EOS_ID, 0, 0], [7, 7, EOS_ID, 0], [7, 7, 7, EOS_ID]])  # limits 1 + b = 2, 3 and 4 tokens
+    hyps = greedy_search(model, src, max_len_a=1.0, max_len_b=1)
+    assert [h[0].tokens for h in hyps] == [[A], [A, B], [A, B, A]]  # each forced to EOS at its own limit
+    assert model.rows == [3, 3, 2, 1]  # without the drop: [3, 3, 3, 3]
+    assert [h[0].log_prob for h in hyps] == pytest.approx([0.0, 0.0, 0.0], abs=1e-6)
+
+
 def test_beam_returns_nbest_sorted(trained_run):
     from transduce.decoding.translator import Translator
 

@@ -63,7 +63,7 @@ def greedy_search(
 
     Its score means what a beam hypothesis's score means: log P(Y | X) / lp(Y), |Y| counting EOS (the penalty
     does not change which tokens greedy picks, only the reported score)."""
-    pick = lambda lprobs, t: lprobs.argmax(dim=-1)
+    pick = lambda lprobs, t, sentence: lprobs.argmax(dim=-1)
     return _one_per_row(
         model,
         src,
@@ -136,7 +136,7 @@ def sample_search(
     sentence; `sentences` are the batch's indices in the input, which with `sampling.seed` seed each row's draws
     (`sentence_uniforms`). Scores are the model's, log P(Y | X) / lp(Y), whatever the temperature."""
     uniforms = sentence_uniforms(sampling.seed, sentences, model.config.max_len).to(src.device)  # (B, max_len)
-    pick = lambda lprobs, t: sample_choice(lprobs, uniforms[:, t], sampling)
+    pick = lambda lprobs, t, sentence: sample_choice(lprobs, uniforms[sentence, t], sampling)
     return _one_per_row(
         model,
         src,
@@ -159,34 +159,48 @@ def _one_per_row(
     length_penalty_kind: str,
     constraint=None,
 ) -> list[list[Hypothesis]]:
-    """One hypothesis per sentence, one decoder row each: `pick(lprobs (B, V), t)` chooses every row's next token
-    from its log-probabilities (PAD, BOS and disallowed tokens at -inf) until EOS or the maximum length."""
+    """One hypothesis per sentence, one decoder row each: `pick(lprobs (B, V), t, sentences (B,))` chooses every
+    row's next token from its log-probabilities (PAD, BOS and disallowed tokens at -inf) until EOS or the maximum
+    length. A row that ends leaves the batch at once (its cache rows too), so the steps after it cost nothing for
+    it; the step's one host sync is the check for ended rows."""
     batch, ids = src.size(0), model.config
     memory = model.encode(src)
     cache = model.start_decoding(memory, model.pad_mask(src))
     max_len = _max_lengths(src, a=max_len_a, b=max_len_b, model=model)
+    sentence = torch.arange(batch, device=src.device)  # (B,) each decoder row's sentence
     tokens = torch.full((batch, 1), ids.bos_id, dtype=torch.long, device=src.device)
     log_prob = torch.zeros(batch, device=src.device)
-    done = torch.zeros(batch, dtype=torch.bool, device=src.device)
     cstate = constraint.start(max_len) if constraint is not None else None
+    ended: list[tuple[list[int], float] | None] = [None] * batch  # per sentence: (tokens after BOS, log P)
     for t in range(int(max_len.max())):
         lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (B, V)
         lprobs[:, ids.pad_id] = lprobs[:, ids.bos_id] = float("-inf")
         lprobs = _force_eos(lprobs, max_len.eq(t + 1), ids.eos_id)  # the last allowed position must be EOS
         if constraint is not None:
             lprobs = lprobs.masked_fill(~constraint.allowed(cstate), float("-inf"))
-        nxt = pick(lprobs, t)  # (B,)
-        best = lprobs.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (B,)
-        nxt = nxt.masked_fill(done, ids.pad_id)
+        nxt = pick(lprobs, t, sentence)  # (B,)
+        log_prob += lprobs.gather(1, nxt.unsqueeze(1)).squeeze(1)
         if constraint is not None:
             cstate = constraint.advance(cstate, nxt)
-        log_prob += best.masked_fill(done, 0.0)
         tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)  # (B, t+2)
-        done |= nxt.eq(ids.eos_id)
-        if bool(done.all()):
-            break
+        is_eos = nxt.eq(ids.eos_id)
+        if bool(is_eos.any()):
+            for i, row, lp in zip(sentence[is_eos].tolist(), tokens[is_eos, 1:].tolist(), log_prob[is_eos].tolist()):
+                ended[i] = (row, lp)
+            keep = (~is_eos).nonzero().view(-1)
+            if keep.numel() == 0:
+                break
+            sentence, tokens, log_prob, max_len = sentence[keep], tokens[keep], log_prob[keep], max_len[keep]
+            cache.select(keep)
+            if constraint is not None:
+                cstate = constraint.select(cstate, keep)
+    else:  # rows that reached the step limit without EOS (a constraint that forbade it)
+        for i, row, lp in zip(sentence.tolist(), tokens[:, 1:].tolist(), log_prob.tolist()):
+            ended[i] = (row, lp)
     results, eos = [], ids.eos_id
-    for row, lp in zip(tokens[:, 1:].tolist(), log_prob.tolist()):
+    for found in ended:
+        assert found is not None, "every sentence ends by EOS or at the step limit"
+        row, lp = found
         out = row[: row.index(eos)] if eos in row else row
         n = len(out) + 1 if eos in row else len(out)  # output tokens including EOS, as in beam_search
         results.append(
