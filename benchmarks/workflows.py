@@ -16,6 +16,7 @@ Every choice is made on validation; each test set is read once, at the end. The 
   TRANSDUCE_DATA=../shared/data python benchmarks/workflows.py backtranslation --out /tmp/bt --steps 2400
   python benchmarks/workflows.py finetune --out /tmp/ft --steps 2400 --adapt-steps 600 --adapt-lr 5e-4
   python benchmarks/workflows.py multilingual --out /tmp/ml --steps 2400 --smoke   # a tiny model, to try the script
+  python benchmarks/workflows.py multilingual --out /tmp/ml --steps 800 --multilingual-steps 1600  # equal compute
 """
 
 from __future__ import annotations
@@ -182,8 +183,12 @@ def multilingual(args, budget: Budget) -> list[dict]:
         rows.append({"system": f"bilingual En->{lang.title()} (recipe multi30k)",
                      f"test2016 {lang}": bleu(run, test["en"], test[lang], lines=_n(budget)),
                      f"valid {lang}": bleu(run, *_val("en", lang), lines=_n(budget))})  # fmt: skip
-    run = budget.train("multi30k-multilingual", out / "en-defr")
-    row: dict = {"system": "multilingual En->{De, Fr} (recipe multi30k-multilingual)"}
+    steps = args.multilingual_steps or args.steps
+    name = "en-defr" if steps == args.steps else f"en-defr-{steps}"
+    every = f"{max(10, steps // 4)}"
+    run = budget.train("multi30k-multilingual", out / name, f"train.max_steps={steps}", f"train.valid_every={every}",
+                       f"train.save_every={every}")  # fmt: skip
+    row: dict = {"system": f"multilingual En->{{De, Fr}} (recipe multi30k-multilingual), {steps} updates"}
     for lang in ("de", "fr"):
         row[f"test2016 {lang}"] = bleu(run, test["en"], test[lang], "--tag", f"<2{lang}>", lines=_n(budget))
         row[f"valid {lang}"] = bleu(run, *_val("en", lang), "--tag", f"<2{lang}>", lines=_n(budget))
@@ -220,6 +225,9 @@ def main() -> int:
     parser.add_argument("experiment", choices=["backtranslation", "multilingual", "finetune"])
     parser.add_argument("--out", required=True, help="a folder for the runs (an earlier call's runs are reused)")
     parser.add_argument("--steps", type=int, default=2400, help="updates of every model trained from scratch")
+    parser.add_argument("--multilingual-steps", type=int, default=0,
+                        help="multilingual: the multilingual model's updates (default --steps; 2 x --steps gives it "
+                        "the two bilingual models' updates together)")  # fmt: skip
     parser.add_argument("--adapt-steps", type=int, default=600, help="finetune: updates of the adaptation")
     parser.add_argument("--adapt-lr", type=float, default=5e-4, help="finetune: the adaptation's peak rate (linear)")
     parser.add_argument("--set", action="append", default=[], help="more settings for every training")
