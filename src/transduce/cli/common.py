@@ -97,5 +97,27 @@ def decode_options(p) -> None:
     p.add_argument("--tag", default=None, metavar="T", help="put this tag (a token of data.corpora, e.g. <2de>) "
                    "before every source")  # fmt: skip
     p.add_argument("--device", default="auto")
+    precision_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
+
+
+def precision_option(p) -> None:
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="bf16: the torch engine computes in bfloat16 autocast, on a CPU with native bfloat16 (avx512_bf16, "
+        "amx_bf16) about twice as fast; a translation may differ from float32's (default fp32)",
+    )
+
+
+def check_precision_engine(args) -> None:
+    """--precision is the torch engine's; CTranslate2 has its own arithmetic (export --quantization)."""
+    from ..config import ConfigError
+
+    if getattr(args, "precision", "fp32") != "fp32" and getattr(args, "engine", "torch") != "torch":
+        raise ConfigError(
+            "--precision applies to --engine torch; CTranslate2 computes in the export's type "
+            "(transduce export ctranslate2 --quantization)"
+        )

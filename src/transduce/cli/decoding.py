@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from .common import check_decoding, decode_options, input_path, sacrebleu_tokenizers
+from .common import (
+    check_decoding,
+    check_precision_engine,
+    decode_options,
+    input_path,
+    precision_option,
+    sacrebleu_tokenizers,
+)
 
 
 def cmd_translate(args) -> int:
@@ -13,6 +20,7 @@ def cmd_translate(args) -> int:
     from ..export.ctranslate2 import CTranslate2Translator  # does not import ctranslate2 until used
 
     check_decoding(args)
+    check_precision_engine(args)
     if args.engine == "ctranslate2" and args.ensemble:
         from ..config import ConfigError
 
@@ -31,7 +39,7 @@ def cmd_translate(args) -> int:
         translator = CTranslate2Translator.from_run(args.run, device=args.device, exact=args.exact)
         max_len = translator.max_len
     else:
-        translator = Translator.from_runs([args.run, *args.ensemble], device=args.device)
+        translator = Translator.from_runs([args.run, *args.ensemble], device=args.device, precision=args.precision)
         max_len = translator.model.config.max_len
     progress = not sys.stdout.isatty() and not args.quiet
     decoded = translator.decode_lines(
@@ -77,7 +85,7 @@ def cmd_evaluate(args) -> int:
         raise DataError(f"{src} has {len(sources)} lines but {ref} has {len(references)}")
     if args.output:
         refuse_existing_file(args.output, "translations")
-    translator = Translator.from_runs([args.run, *args.ensemble], device=args.device)
+    translator = Translator.from_runs([args.run, *args.ensemble], device=args.device, precision=args.precision)
     start = time.perf_counter()
     hyps = translator.translate(
         sources,
@@ -118,6 +126,7 @@ def cmd_score_pairs(args) -> int:
     from ..decoding.translator import Translator
     from ..export.ctranslate2 import CTranslate2Translator
 
+    check_precision_engine(args)
     src, tgt = input_path(args.src), input_path(args.tgt)
     sources, targets = read_lines(src, errors=args.errors), read_lines(tgt, errors=args.errors)
     if len(sources) != len(targets):
@@ -126,7 +135,7 @@ def cmd_score_pairs(args) -> int:
     if args.engine == "ctranslate2":
         scorer = CTranslate2Translator.from_run(args.run, device=args.device)
     else:
-        scorer = Translator.from_run(args.run, device=args.device)
+        scorer = Translator.from_run(args.run, device=args.device, precision=args.precision)
     out = sys.stdout
     for pair in scorer.score(sources, targets, batch_tokens=args.batch_tokens, tokens=args.tokens, tag=args.tag or ""):
         fields = [f"{pair.total:.6f}", str(pair.tokens), f"{pair.mean:.6f}"]
@@ -190,6 +199,7 @@ def register(sub) -> None:
     p.add_argument("--batch-tokens", type=int, default=None, help="tokens per batch (default: decode.batch_tokens)")
     p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch", help="ctranslate2: score_batch")
     p.add_argument("--device", default="auto")
+    precision_option(p)
     p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
     p.set_defaults(func=cmd_score_pairs)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .common import check_precision_engine, precision_option
+
 
 def cmd_export(args) -> int:
     from ..export.ctranslate2 import export_ctranslate2
@@ -32,6 +34,7 @@ def cmd_serve(args) -> int:
     limits = Limits(max_sentences=args.max_sentences, max_chars=args.max_chars, timeout_s=args.timeout)
     if args.exact and args.engine != "ctranslate2":
         raise ConfigError("--exact applies to --engine ctranslate2 (the torch engine is the reference)")
+    check_precision_engine(args)
     serve(
         args.run,
         engine=args.engine,
@@ -40,6 +43,7 @@ def cmd_serve(args) -> int:
         host=args.host,
         port=args.port,
         device=args.device,
+        precision=args.precision,
         limits=limits,
         batching=not args.no_batching,
     )
@@ -90,6 +94,7 @@ def register(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--device", default="auto")
+    precision_option(p)
     p.add_argument("--no-batching", action="store_true", help="decode requests one at a time")
     p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
     p.add_argument("--max-chars", type=int, default=2000, help="characters per sentence")

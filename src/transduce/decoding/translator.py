@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,9 +57,36 @@ class AttentionMaps:
     cross: torch.Tensor  # (L, H, T, S)
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def decoding_autocast(precision: str, device: torch.device):
+    """The arithmetic a Translator decodes and scores in: "fp32", or "bf16" (bfloat16 autocast: matrix products in
+    bfloat16, log-softmax and the search's scores in float32), on a CPU only where it computes bfloat16 natively
+    (avx512_bf16 / amx_bf16; elsewhere torch emulates it many times slower than float32) or on CUDA."""
+    from ..config import ConfigError
+    from ..model import cpu_speed
+
+    if precision not in PRECISIONS:
+        raise ConfigError(f"unknown precision {precision!r} ({', '.join(PRECISIONS)})")
+    if precision == "fp32":
+        return contextlib.nullcontext
+    if device.type == "cpu" and not cpu_speed.native_bf16():
+        raise ConfigError(
+            "--precision bf16 on CPU needs native bfloat16 arithmetic (the avx512_bf16 or amx_bf16 CPU flag), which "
+            "this CPU lacks: it would decode far slower than float32 here; use fp32"
+        )
+    return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+
+
 class Translator:
     def __init__(
-        self, model: Transformer | Ensemble, tokenizer: Tokenizer, *, decode: DecodeConfig | None = None
+        self,
+        model: Transformer | Ensemble,
+        tokenizer: Tokenizer,
+        *,
+        decode: DecodeConfig | None = None,
+        precision: str = "fp32",
     ) -> None:
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, the model {model.config.vocab_size}")
@@ -70,27 +98,30 @@ class Translator:
             )
         self.model, self.tokenizer = model, tokenizer
         self.decode = decode or DecodeConfig()
+        self.precision = precision  # "fp32" or "bf16": what decoding and scoring compute in (decoding_autocast)
+        self._autocast = decoding_autocast(precision, self.device)
 
     @classmethod
-    def from_run(cls, path: str | Path, *, device: str = "auto") -> Translator:
-        """Load config, tokenizer and weights (safetensors) from a run directory or a weights file in one."""
+    def from_run(cls, path: str | Path, *, device: str = "auto", precision: str = "fp32") -> Translator:
+        """Load config, tokenizer and weights (safetensors) from a run directory or a weights file in one.
+        `precision` "bf16" decodes and scores in bfloat16 autocast (decoding_autocast)."""
         run_dir, weights = find_weights(path)
         config = read_run_config(run_dir, "translation")
         model = Transformer(config.model)
         load_weights(model, weights)
         model.to(pick_device(device)).eval()
-        return cls(model, load_tokenizer(run_dir / "tokenizer.model"), decode=config.decode)
+        return cls(model, load_tokenizer(run_dir / "tokenizer.model"), decode=config.decode, precision=precision)
 
     @classmethod
-    def from_runs(cls, paths: list[str | Path], *, device: str = "auto") -> Translator:
+    def from_runs(cls, paths: list[str | Path], *, device: str = "auto", precision: str = "fp32") -> Translator:
         """One run (from_run), or an ensemble of several (decoding/ensemble.py): the first run gives the decoding
         settings and the tokenizer; every other run must have the same vocabulary (Tokenizer.signature: pieces,
         scores and tokenizer settings) and languages."""
         from ..config import ConfigError
 
         if len(paths) == 1:
-            return cls.from_run(paths[0], device=device)
-        first = cls.from_run(paths[0], device=device)
+            return cls.from_run(paths[0], device=device, precision=precision)
+        first = cls.from_run(paths[0], device=device, precision=precision)
         signature, languages = first.tokenizer.signature(), _languages(paths[0])
         members: list[Transformer] = [cast(Transformer, first.model)]
         for path in paths[1:]:
@@ -103,7 +134,7 @@ class Translator:
             if _languages(path) != languages:
                 raise ConfigError(f"{path}: translates {_languages(path)}, not {languages} like {paths[0]}")
             members.append(cast(Transformer, other.model))
-        return cls(Ensemble(members), first.tokenizer, decode=first.decode)
+        return cls(Ensemble(members), first.tokenizer, decode=first.decode, precision=precision)
 
     @property
     def device(self) -> torch.device:
@@ -196,14 +227,15 @@ class Translator:
         was_training = self.model.training
         self.model.eval()
         try:
-            return front.decode_lines(
-                sentences,
-                settings,
-                encode=lambda lines: self._cut_sources(lines, settings.tag),
-                groups=lambda sources: self._batches(sources, settings.batch_tokens),
-                search=lambda sources, lines: self._search(sources, lines, settings),
-                progress=progress,
-            )
+            with self._autocast():
+                return front.decode_lines(
+                    sentences,
+                    settings,
+                    encode=lambda lines: self._cut_sources(lines, settings.tag),
+                    groups=lambda sources: self._batches(sources, settings.batch_tokens),
+                    search=lambda sources, lines: self._search(sources, lines, settings),
+                    progress=progress,
+                )
         finally:
             self.model.train(was_training)
 
@@ -270,11 +302,12 @@ class Translator:
         was_training = self.model.training
         self.model.eval()
         try:
-            for batch in self._batches([[0] * n for n in longest], budget):
-                per_token = self._teacher_forced([src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
-                for i, lp in zip(batch, per_token):
-                    total = float(sum(lp))
-                    results[i] = PairScore(total, len(lp), total / len(lp), lp if tokens else None)
+            with self._autocast():
+                for batch in self._batches([[0] * n for n in longest], budget):
+                    per_token = self._teacher_forced([src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
+                    for i, lp in zip(batch, per_token):
+                        total = float(sum(lp))
+                        results[i] = PairScore(total, len(lp), total / len(lp), lp if tokens else None)
         finally:
             self.model.train(was_training)
         return cast(list[PairScore], results)

@@ -515,6 +515,7 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     device: str = "auto",
+    precision: str = "fp32",
     limits: Limits | None = None,
     batching: bool = True,
     batch_tokens: int = 4096,
@@ -527,7 +528,9 @@ def serve(
     warning = network_warning(host)
     if warning is not None:
         print(warning, file=sys.stderr)
-    predictor, metadata = load_predictor(run, engine=engine, device=device, exact=exact, threads=threads)
+    predictor, metadata = load_predictor(
+        run, engine=engine, device=device, exact=exact, threads=threads, precision=precision
+    )
     app = create_app(
         predictor,
         limits=limits,

@@ -174,6 +174,11 @@ class Service:
             "task": self.task,
             "engine": self.engine,
             **({"exact": bool(self.predictor.exact)} if hasattr(self.predictor, "exact") else {}),
+            **(
+                {"precision": self.predictor.precision}
+                if isinstance(getattr(self.predictor, "precision", None), str)
+                else {}
+            ),
             **self.metadata,
             "parameters": _parameters(self.predictor),
             **self.describe(self.predictor),
@@ -351,10 +356,17 @@ def max_threads() -> int:
 
 
 def load_predictor(
-    run: str | Path, *, engine: str = "torch", device: str = "auto", exact: bool = False, threads: int = 0
+    run: str | Path,
+    *,
+    engine: str = "torch",
+    device: str = "auto",
+    exact: bool = False,
+    threads: int = 0,
+    precision: str = "fp32",
 ) -> tuple[Any, dict[str, Any]]:
     """The predictor for a run directory (its task's, from the task registry; engine "ctranslate2" also takes an
-    export folder) and what /v1/info should tell of it."""
+    export folder) and what /v1/info should tell of it. `precision` "bf16": a translation model decodes in
+    bfloat16 autocast (Translator's precision)."""
     from ..config import ConfigError, registry
 
     if engine not in ENGINES:
@@ -363,6 +375,8 @@ def load_predictor(
     predictor: Classifier | CTranslate2Translator | Parser | Translator
     if kind != "translation" and engine != "torch":  # the export knows only plain translation models
         raise ConfigError(f"{run}: a {kind} run is served with the torch engine only (--engine torch)")
+    if precision != "fp32" and (kind != "translation" or engine != "torch"):
+        raise ConfigError(f"--precision {precision} serves a translation run with --engine torch only")
     most = max_threads()
     if not 0 <= threads <= most:  # 1000 threads on 2 cores ran 3,001 OS threads, all contending for the cores
         raise ConfigError(
@@ -377,7 +391,8 @@ def load_predictor(
 
         predictor = CTranslate2Translator.from_run(run, device=device, exact=exact, threads=threads)
     else:
-        predictor = registry.load(registry.entry(kind).predictor).from_run(run, device=device)
+        extra = {"precision": precision} if precision != "fp32" else {}
+        predictor = registry.load(registry.entry(kind).predictor).from_run(run, device=device, **extra)
     metadata: dict[str, Any] = {"run": name}
     if languages is not None:
         metadata["languages"] = languages
