@@ -354,7 +354,7 @@ class Translator:
         tgt_in = torch.tensor([[self.tokenizer.special.bos] + tgt_ids], device=self.device)
         was_training = self.model.training
         self.model.eval()
-        with self.model.recording_attention():
+        with self.model.recording_attention(), self._autocast():  # the arithmetic the translation was made in
             self.model(src, tgt_in)
         self.model.train(was_training)
         stack = lambda mods: torch.stack([m.weights[0] for m in mods]).cpu()
