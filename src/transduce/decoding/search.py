@@ -162,7 +162,7 @@ def _one_per_row(
     """One hypothesis per sentence, one decoder row each: `pick(lprobs (B, V), t, sentences (B,))` chooses every
     row's next token from its log-probabilities (PAD, BOS and disallowed tokens at -inf) until EOS or the maximum
     length. A row that ends leaves the batch at once (its cache rows too), so the steps after it cost nothing for
-    it; the step's one host sync is the check for ended rows."""
+    it; each step reads one flag from the device (did a row end?), a step where rows end also their tokens."""
     batch, ids = src.size(0), model.config
     memory = model.encode(src)
     cache = model.start_decoding(memory, model.pad_mask(src))

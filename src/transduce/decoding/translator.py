@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,14 +68,14 @@ def decoding_autocast(precision: str, device: torch.device):
 
     if precision not in PRECISIONS:
         raise ConfigError(f"unknown precision {precision!r} ({', '.join(PRECISIONS)})")
-    if precision == "fp32":
-        return contextlib.nullcontext
-    if device.type == "cpu" and not cpu_speed.native_bf16():
+    if precision == "bf16" and device.type == "cpu" and not cpu_speed.native_bf16():
         raise ConfigError(
             "--precision bf16 on CPU needs native bfloat16 arithmetic (the avx512_bf16 or amx_bf16 CPU flag), which "
             "this CPU lacks: it would decode far slower than float32 here; use fp32"
         )
-    return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    from ..training.precision import autocast_for
+
+    return autocast_for(precision, device)  # also training's: bf16 autocast on a CPU or CUDA
 
 
 class Translator:

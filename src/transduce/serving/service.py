@@ -174,11 +174,7 @@ class Service:
             "task": self.task,
             "engine": self.engine,
             **({"exact": bool(self.predictor.exact)} if hasattr(self.predictor, "exact") else {}),
-            **(
-                {"precision": self.predictor.precision}
-                if isinstance(getattr(self.predictor, "precision", None), str)
-                else {}
-            ),
+            **({"precision": self.predictor.precision} if hasattr(self.predictor, "precision") else {}),
             **self.metadata,
             "parameters": _parameters(self.predictor),
             **self.describe(self.predictor),
