@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,9 +74,9 @@ def decoding_autocast(precision: str, device: torch.device):
             "--precision bf16 on CPU needs native bfloat16 arithmetic (the avx512_bf16 or amx_bf16 CPU flag), which "
             "this CPU lacks: it would decode far slower than float32 here; use fp32"
         )
-    from ..training.precision import autocast_for
-
-    return autocast_for(precision, device)  # also training's: bf16 autocast on a CPU or CUDA
+    if precision == "fp32":
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device.type, dtype=torch.bfloat16)  # training/precision.py is a layer above
 
 
 class Translator:
