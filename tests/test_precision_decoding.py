@@ -4,6 +4,7 @@ import pytest
 import torch
 from conftest import run_cli
 
+from transduce.cli import main
 from transduce.config import ConfigError
 from transduce.decoding.translator import Translator
 from transduce.model import cpu_speed
@@ -60,17 +61,39 @@ def test_precision_flag_is_the_torch_engines(trained_run, tmp_path):
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.skipif(not cpu_speed.native_bf16(), reason="this CPU has no native bfloat16 (avx512_bf16 / amx_bf16)")
-def test_translate_and_score_pairs_take_precision_bf16(trained_run, tmp_path):
+def test_translate_and_score_pairs_take_precision_bf16(trained_run, tmp_path, native, monkeypatch, capsys):
+    # in process, so that the pretended native bfloat16 holds on any CPU; the Translators built are recorded
+    built: list[str] = []
+    init = Translator.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self.precision)
+
+    monkeypatch.setattr(Translator, "__init__", recording)
     run, corpus = trained_run
     src = tmp_path / "src.txt"
     src.write_text("".join(line + "\n" for line in (corpus / "test.en").read_text().splitlines()[:5]))
-    out = run_cli("translate", str(run), "--input", str(src), "--precision", "bf16", "--quiet").stdout.splitlines()
-    assert len(out) == 5
+    assert main(["translate", str(run), "--input", str(src), "--precision", "bf16", "--quiet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 5 and built == ["bf16"]
     (tmp_path / "tgt.txt").write_text("".join(line + "\n" for line in out))
-    scores = run_cli("score-pairs", str(run), "--src", str(src), "--tgt", str(tmp_path / "tgt.txt"), "--precision",
-                     "bf16").stdout.splitlines()  # fmt: skip
-    assert len(scores) == 5 and all(float(line.split("\t")[0]) <= 0 for line in scores)
+    assert main(["score-pairs", str(run), "--src", str(src), "--tgt", str(tmp_path / "tgt.txt"), "--precision",
+                 "bf16"]) == 0  # fmt: skip
+    scores = capsys.readouterr().out.splitlines()
+    assert len(scores) == 5 and all(float(line.split("\t")[0]) <= 0 for line in scores) and built == ["bf16"] * 2
+
+
+def test_cli_refuses_bf16_on_a_cpu_without_native_bfloat16(trained_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cpu_speed, "native_bf16", lambda cpuinfo="/proc/cpuinfo": False)
+    run, corpus = trained_run
+    out = tmp_path / "out.txt"
+    code = main(["evaluate", str(run), "--src", str(corpus / "test.en"), "--ref", str(corpus / "test.xx"), "--output",
+                 str(out), "--precision", "bf16"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0 and "avx512_bf16" in err and "use fp32" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists()  # refused before anything was written
 
 
 def test_server_loads_a_bf16_translator_and_says_so(trained_run, native):
@@ -83,9 +106,11 @@ def test_server_loads_a_bf16_translator_and_says_so(trained_run, native):
     predictor, metadata = load_predictor(run, device="cpu", precision="bf16")
     assert isinstance(predictor, Translator) and predictor.precision == "bf16"
     sentence = (corpus / "test.en").read_text().splitlines()[0]
+    seen = _linear_dtypes(predictor)  # what the products computed in, in whichever thread the service runs them
     with TestClient(create_app(predictor, metadata=metadata)) as client:
         assert client.get("/v1/info").json()["precision"] == "bf16"
         reply = client.post("/v1/translate", json={"text": [sentence]})
-        assert reply.status_code == 200 and reply.json()["translations"][0]["text"] == predictor.translate(sentence)
+        assert reply.status_code == 200 and seen == {torch.bfloat16}
+        assert reply.json()["translations"][0]["text"] == predictor.translate(sentence)
     with pytest.raises(ConfigError, match="--engine torch only"):
         load_predictor(run, engine="ctranslate2", precision="bf16")

@@ -69,11 +69,8 @@ def decoding_autocast(precision: str, device: torch.device):
 
     if precision not in PRECISIONS:
         raise ConfigError(f"unknown precision {precision!r} ({', '.join(PRECISIONS)})")
-    if precision == "bf16" and device.type == "cpu" and not cpu_speed.native_bf16():
-        raise ConfigError(
-            "--precision bf16 on CPU needs native bfloat16 arithmetic (the avx512_bf16 or amx_bf16 CPU flag), which "
-            "this CPU lacks: it would decode far slower than float32 here; use fp32"
-        )
+    if precision == "bf16":
+        cpu_speed.refuse_emulated_bf16(device, "--precision bf16", "fp32")
     if precision == "fp32":
         return contextlib.nullcontext
     return lambda: torch.autocast(device.type, dtype=torch.bfloat16)  # training/precision.py is a layer above

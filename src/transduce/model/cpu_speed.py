@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ConfigError
 from .transformer import Transformer
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3) parameters, from <malloc.h>
@@ -114,6 +115,16 @@ def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     except OSError:
         pass
     return False
+
+
+def refuse_emulated_bf16(device: torch.device, setting: str, instead: str) -> None:
+    """Refuse bfloat16 arithmetic (`setting` says which option asked for it) on a CPU without native bfloat16, where
+    torch would emulate it many times slower than float32; `instead` names what to use."""
+    if device.type == "cpu" and not native_bf16():
+        raise ConfigError(
+            f"{setting} on CPU needs native bfloat16 arithmetic (the avx512_bf16 or amx_bf16 CPU flag), which this "
+            f"CPU lacks: bfloat16 would run far slower than float32 here; use {instead}"
+        )
 
 
 def cpu_autocast_dtype() -> torch.dtype | None:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import ConfigError, TrainConfig
+from ..config import TrainConfig
 from ..model import cpu_speed
 
 TRIAL_BATCHES = 5  # timed rounds (one batch in each mode), after one untimed warm-up batch each
@@ -30,11 +30,8 @@ BF16_MARGIN = 0.85  # bf16 rounds, so it is picked only where it clearly pays: a
 
 def check_precision(tc: TrainConfig, device: torch.device) -> None:
     """Refuse bf16 on a CPU without native bfloat16 arithmetic, where it would run many times slower than float32."""
-    if tc.precision == "bf16" and device.type == "cpu" and not cpu_speed.native_bf16():
-        raise ConfigError(
-            "train.precision = 'bf16' on CPU needs native bfloat16 arithmetic (the avx512_bf16 or amx_bf16 CPU "
-            "flag), which this CPU lacks: bfloat16 would run far slower than float32 here; use 'fp32' or 'auto'"
-        )
+    if tc.precision == "bf16":
+        cpu_speed.refuse_emulated_bf16(device, "train.precision = 'bf16'", "'fp32' or 'auto'")
 
 
 def autocast_for(precision: str, device: torch.device) -> Callable[[], Any]:
