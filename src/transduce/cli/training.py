@@ -184,6 +184,37 @@ def register(sub) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the recipe")
     p.set_defaults(func=cmd_demo)
 
+    _register_prepare(sub)
+
+    p = sub.add_parser("train", help="train (or resume) a model from a TOML recipe")
+    p.add_argument(
+        "recipe",
+        nargs="?",
+        help="TOML recipe file or a shipped recipe's name (demo, multi30k, "
+        "wmt14-base, ...); omit it to resume the run in --out with its saved config",
+    )
+    p.add_argument("--out", required=True, help="run directory; training resumes if it holds checkpoints")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the recipe")
+    p.add_argument("--device", help="cpu, cuda, cuda:1, ... (same as --set train.device=...)")
+    p.add_argument("--compile", action="store_true", help="use torch.compile (same as --set train.compile=true)")
+    p.add_argument(
+        "--init-from",
+        metavar="RUN",
+        help="fine-tune: start from this run's weights, model settings and tokenizer, with a fresh optimizer and "
+        "schedule (a weights file inside a run may be named; same as --set train.init_from=RUN)",
+    )
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("average", help="average the last N checkpoints of a run")
+    p.add_argument("run")
+    p.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (>= 1)")
+    p.add_argument("--output", help="a .safetensors file (default RUN/averaged.safetensors)")
+    p.set_defaults(func=cmd_average)
+
+    _register_classify(sub)
+
+
+def _register_prepare(sub) -> None:
     p = sub.add_parser("prepare", help="train the joint SentencePiece vocabulary and encode parallel text")
     p.add_argument("--train", help="training file prefix (PREFIX.SRC and PREFIX.TGT, .gz allowed)")
     p.add_argument(
@@ -221,33 +252,6 @@ def register(sub) -> None:
     )
     p.add_argument("--out", required=True, help="a new folder (or an earlier `prepare` output, replaced)")
     p.set_defaults(func=cmd_prepare)
-
-    p = sub.add_parser("train", help="train (or resume) a model from a TOML recipe")
-    p.add_argument(
-        "recipe",
-        nargs="?",
-        help="TOML recipe file or a shipped recipe's name (demo, multi30k, "
-        "wmt14-base, ...); omit it to resume the run in --out with its saved config",
-    )
-    p.add_argument("--out", required=True, help="run directory; training resumes if it holds checkpoints")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the recipe")
-    p.add_argument("--device", help="cpu, cuda, cuda:1, ... (same as --set train.device=...)")
-    p.add_argument("--compile", action="store_true", help="use torch.compile (same as --set train.compile=true)")
-    p.add_argument(
-        "--init-from",
-        metavar="RUN",
-        help="fine-tune: start from this run's weights, model settings and tokenizer, with a fresh optimizer and "
-        "schedule (a weights file inside a run may be named; same as --set train.init_from=RUN)",
-    )
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("average", help="average the last N checkpoints of a run")
-    p.add_argument("run")
-    p.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (>= 1)")
-    p.add_argument("--output", help="a .safetensors file (default RUN/averaged.safetensors)")
-    p.set_defaults(func=cmd_average)
-
-    _register_classify(sub)
 
 
 def _register_classify(sub) -> None:

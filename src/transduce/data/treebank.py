@@ -252,22 +252,26 @@ def _prepare_into(config: ParseDataConfig, files: dict[str, list[Path]], out: Pa
             _write_lines(out / "valid.gold.trees", [to_string(trees[i]) for i in keep])
             _write_lines(out / "valid.words.txt", [sentences[split][i] for i in keep])
         summary["splits"][split] = _split_summary(files[split], trees, corpus, len(trees) - len(keep))
-        if split == "train":  # each corpus's kept trees, one after the other: data.train's, then data.corpora's
-            kept = np.bincount(corpus_of[keep], minlength=len(sizes)).tolist()
-            firsts = np.cumsum([0, *kept[:-1]]).tolist()
-            given = [(list(map(str, files["train"][: len(config.train)])), 1.0, "")]
-            given += [
-                ([str(path)], c.weight, c.tag) for path, c in zip(files["train"][len(config.train) :], config.corpora)
-            ]
-            summary["splits"]["train"]["corpora"] = [
-                {"files": paths, "first": first, "sentences": n, "weight": weight, "tag": tag}
-                for (paths, weight, tag), first, n in zip(given, firsts, kept)
-            ]
+        if split == "train":
+            summary["splits"]["train"]["corpora"] = _corpora_summary(config, files["train"], corpus_of[keep])
     if not len(TokenArrays.load(out / "train.src")):
         raise DataError(
             f"{files['train'][0]}: no usable training trees (all longer than data.max_len {config.max_len})"
         )
     return summary
+
+
+def _corpora_summary(config: ParseDataConfig, train_files: list[Path], kept_corpus_of: np.ndarray) -> list[dict]:
+    """Each training corpus's kept trees, one after the other (data.train's, then data.corpora's): its files, first
+    tree, count, weight and tag. `kept_corpus_of`: the corpus of each kept training tree, in order."""
+    kept = np.bincount(kept_corpus_of, minlength=1 + len(config.corpora)).tolist()
+    firsts = np.cumsum([0, *kept[:-1]]).tolist()
+    given = [(list(map(str, train_files[: len(config.train)])), 1.0, "")]
+    given += [([str(path)], c.weight, c.tag) for path, c in zip(train_files[len(config.train) :], config.corpora)]
+    return [
+        {"files": paths, "first": first, "sentences": n, "weight": weight, "tag": tag}
+        for (paths, weight, tag), first, n in zip(given, firsts, kept)
+    ]
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:

@@ -72,27 +72,7 @@ def model_config(folder: Path, config: dict[str, Any]) -> ModelConfig:
         return int(config[encoder])
 
     try:
-        vocab = int(config["vocab_size"])
-        if config.get("decoder_vocab_size") not in (None, vocab):
-            raise HFImportError(
-                f"{where}: decoder_vocab_size = {config['decoder_vocab_size']} differs from vocab_size = {vocab}: "
-                "transduce's two sides share one vocabulary"
-            )
-        activation = ACTIVATIONS.get(str(config.get("activation_function", "swish")))
-        if activation is None:
-            raise HFImportError(
-                f"{where}: activation_function {config.get('activation_function')!r} is not one transduce computes "
-                f"({', '.join(ACTIVATIONS)})"
-            )
-        shared = bool(config.get("share_encoder_decoder_embeddings", True))
-        tied = bool(config.get("tie_word_embeddings", True))
-        if shared != tied:
-            raise HFImportError(
-                f"{where}: share_encoder_decoder_embeddings = {shared} with tie_word_embeddings = {tied}: "
-                "transduce ties all three embeddings or none"
-            )
-        if config.get("decoder_start_token_id") is None or config.get("eos_token_id") is None:
-            raise HFImportError(f"{where}: needs decoder_start_token_id and eos_token_id")
+        vocab, activation, tied = _representable(where, config)
         layers = int(config["encoder_layers"]), int(config["decoder_layers"])
         return ModelConfig(
             vocab_size=vocab,
@@ -120,6 +100,32 @@ def model_config(folder: Path, config: dict[str, Any]) -> ModelConfig:
         if isinstance(err, HFImportError):
             raise
         raise HFImportError(f"{where}: {err}") from None
+
+
+def _representable(where: Path, config: dict[str, Any]) -> tuple[int, str, bool]:
+    """(vocab_size, our activation, tied) of a Marian config.json, refusing the settings ours has no form for."""
+    vocab = int(config["vocab_size"])
+    if config.get("decoder_vocab_size") not in (None, vocab):
+        raise HFImportError(
+            f"{where}: decoder_vocab_size = {config['decoder_vocab_size']} differs from vocab_size = {vocab}: "
+            "transduce's two sides share one vocabulary"
+        )
+    activation = ACTIVATIONS.get(str(config.get("activation_function", "swish")))
+    if activation is None:
+        raise HFImportError(
+            f"{where}: activation_function {config.get('activation_function')!r} is not one transduce computes "
+            f"({', '.join(ACTIVATIONS)})"
+        )
+    shared = bool(config.get("share_encoder_decoder_embeddings", True))
+    tied = bool(config.get("tie_word_embeddings", True))
+    if shared != tied:
+        raise HFImportError(
+            f"{where}: share_encoder_decoder_embeddings = {shared} with tie_word_embeddings = {tied}: "
+            "transduce ties all three embeddings or none"
+        )
+    if config.get("decoder_start_token_id") is None or config.get("eos_token_id") is None:
+        raise HFImportError(f"{where}: needs decoder_start_token_id and eos_token_id")
+    return vocab, activation, tied
 
 
 def read_weights(folder: Path) -> tuple[dict[str, torch.Tensor], list[Path]]:
