@@ -2,7 +2,7 @@
 
 Figures: BENCHMARKS.md, "Decoding speed on CPU" and the decoding row of "GPU".
 
-    .venv/bin/python benchmarks/decode_speed.py runs/m30k [--beam 4] [--beam 1] [--batch-tokens 4096]
+    .venv/bin/python benchmarks/decode_speed.py runs/m30k [--beam 4] [--beam 1] [--batch-tokens 4096] [--precision bf16]
 For each beam size: sentences/s and target tokens/s of Translator.translate (tokenization, batching, search and
 detokenization included; model loading excluded), sacreBLEU and chrF, and the process's peak resident memory.
 """
@@ -29,9 +29,10 @@ def main() -> None:
     parser.add_argument("--beam", type=int, action="append")
     parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="as translate's --precision")
     args = parser.parse_args()
     sources, references = read_lines(resolve_path(args.src)), read_lines(resolve_path(args.ref))
-    translator = Translator.from_run(args.run, device=args.device)
+    translator = Translator.from_run(args.run, device=args.device, precision=args.precision)
     translator.translate(sources[:32], beam=4)  # warm-up
     results = []
     for beam in args.beam or [4, 1]:
@@ -55,7 +56,13 @@ def main() -> None:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         json.dumps(
-            {"run": args.run, "threads": torch.get_num_threads(), "results": results, "peak_rss_mb": round(peak_mb)},
+            {
+                "run": args.run,
+                "precision": args.precision,
+                "threads": torch.get_num_threads(),
+                "results": results,
+                "peak_rss_mb": round(peak_mb),
+            },
             indent=2,
         )
     )
