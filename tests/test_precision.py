@@ -69,6 +69,55 @@ def test_the_logits_workspace_runs_in_bf16_under_cpu_autocast():
         assert torch.allclose(a, b, atol=5e-3, rtol=5e-2)
 
 
+def test_bucket_rows_bounds_the_shapes_a_bf16_run_meets():
+    buckets = [cpu_speed.bucket_rows(n) for n in range(1, 20_000)]
+    for n, b in enumerate(buckets, start=1):
+        assert b == n if n <= 32 else n <= b and 16 * (b - n) < n  # under 1/16 more rows
+        assert cpu_speed.bucket_rows(b) == b
+    for k in range(5, 14):  # at most 16 sizes between two powers of two
+        assert len({b for b in buckets if 2**k <= b < 2 ** (k + 1)}) <= 16
+
+
+def test_bf16_products_run_on_bucketed_rows_with_the_same_result(monkeypatch):
+    """The model's products under bf16 autocast see only bucketed row counts (65 -> 68, 55 -> 56) and give the loss
+    and gradients of the unpadded model; in float32 nothing is padded."""
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=60, d_model=32, d_ff=64, n_heads=2, n_layers=2, dropout=0.0)
+    plain, spaced = Transformer(config), Transformer(config)
+    spaced.load_state_dict(plain.state_dict())
+    cpu_speed.apply(spaced, workspace_rows=40)  # fewer than the batch's 55: the workspace regrows to a bucket
+    src, tgt = torch.randint(4, 60, (5, 13)), torch.randint(4, 60, (5, 11))
+    target = torch.randint(4, 60, (55,))
+    rows: list[int] = []
+    linear = torch.nn.functional.linear
+
+    def spy(x, weight, bias=None):
+        rows.append(x.numel() // x.size(-1))
+        return linear(x, weight, bias)
+
+    results = []
+    for model in (plain, spaced):
+        if model is spaced:
+            monkeypatch.setattr(torch.nn.functional, "linear", spy)
+        with bf16_autocast():
+            logits = model(src, tgt, torch.arange(55))
+        monkeypatch.undo()
+        assert logits.shape == (55, 60)
+        loss, _ = label_smoothed_nll(logits, target, eps=0.1, pad_id=0, reuse_logits=True)
+        loss.backward()
+        results.append((loss.item(), [p.grad.clone() for p in model.parameters()]))
+    assert set(rows) == {68, 56}  # every product: the source's 65 rows or the target's 55, padded
+    assert spaced.output.workspace is not None and spaced.output.workspace.numel() == 56 * 60
+    (loss_plain, grads_plain), (loss_spaced, grads_spaced) = results
+    assert loss_spaced == pytest.approx(loss_plain, rel=1e-3)
+    for a, b in zip(grads_plain, grads_spaced):
+        assert torch.allclose(a, b, atol=1e-3, rtol=1e-2)
+    rows.clear()
+    monkeypatch.setattr(torch.nn.functional, "linear", spy)
+    spaced(src, tgt, torch.arange(55))
+    assert set(rows) == {65, 55}  # float32: the products as they come
+
+
 def test_a_bf16_step_is_close_to_a_float32_step():
     """One forward and backward of a small model: loss within 1%, every gradient pointing the same way (cosine)."""
     torch.manual_seed(0)

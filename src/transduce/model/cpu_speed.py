@@ -12,6 +12,8 @@ interleaved, in one process (docs/experiments.md, 2 AMD EPYC cores, m30k-d256 on
 | `WorkspaceLinear`: logits kept across steps| 1.017 and 1.079 (`... workspace`)    |
 | `keep_freed_memory`: glibc keeps freed     | 1.073 (`... malloc`)                 |
 | blocks instead of returning them           |                                 |
+| `bucket_rows`: bf16 products on a bounded  | 1.20 over a whole 2,400-update run   |
+| set of row counts (bf16 only)              | (Intel Xeon, AMX; see below)         |
 
 The label-smoothed loss's `reuse_logits` (training/loss.py) belongs with the workspace: it turns the logits into
 their gradient in place (128 -> 97 ms for 4,693 x 8,000 logits).
@@ -21,6 +23,13 @@ of these measures but relies on them: the workspace then holds bfloat16 logits (
 the loss reduces them in float32 row chunks, and attention runs in float32 (model/transformer.py). Together: a
 step 2.66x faster than float32 (`train_step_ab.py bf16`, 2 AMD EPYC cores with AVX512_BF16); with the logits
 widened to a float32 (N, V) copy and bfloat16 attention it was 1.36x.
+
+Under bf16 the products go to oneDNN, which builds (and caches, up to 1,024) one kernel per matrix shape: 0.65 ms a
+call for a 4,000 x 256 x 1,024 product on a known shape, 6.3 ms on a new one (2 cores of an Intel Xeon with AMX).
+Every batch brings new row counts (sentences x length), so a run kept building kernels and its cache kept growing:
+the step rate fell from 8,300 to about 6,200 target tokens/s over 2,400 updates while the process grew by gigabytes.
+`bucket_rows` pads each bf16 product's rows (zeros, sliced off after) to one of at most 16 sizes per power of two
+(at most 1/16 more rows), so the shapes repeat; float32 products (MKL, no per-shape kernels) are left alone.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError
-from .transformer import Transformer
+from .transformer import MultiHeadAttention, Transformer
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3) parameters, from <malloc.h>
 # glibc's starting values of both (mallopt(3): "The default value ... is 128*1024"), restored after a run: glibc has
@@ -45,7 +54,8 @@ MALLOC_DEFAULTS = {M_MMAP_THRESHOLD: 128 << 10, M_TRIM_THRESHOLD: 128 << 10}
 
 
 def apply(model: nn.Module, *, workspace_rows: int) -> nn.Module:
-    """The model's measures, on a model about to be trained on CPU: its dropout modules become `BitDropout`, and a
+    """The model's measures, on a model about to be trained on CPU: its dropout modules become `BitDropout`, its
+    linear maps pad their rows to `bucket_rows` under bf16 autocast, and a
     Transformer's output projection a `WorkspaceLinear` reserved for `workspace_rows` rows (the allocator's measure,
     the process's, is scoped by `freed_memory_kept`). Returns the model
     (changed in place; parameters and state_dict keys are unchanged)."""
@@ -53,6 +63,10 @@ def apply(model: nn.Module, *, workspace_rows: int) -> nn.Module:
         for name, child in module.named_children():
             if type(child) is nn.Dropout:
                 setattr(module, name, BitDropout(child.p))
+        if type(module) is nn.Linear:
+            module.__class__ = BucketedLinear  # the same parameters; pads rows under bf16 autocast only
+        if isinstance(module, MultiHeadAttention):
+            module.linear = bucketed_linear
     if isinstance(model, Transformer) and not model.config.output_bias:  # the workspace product has no bias
         weight = model.output.weight
         assert isinstance(weight, nn.Parameter), "the output projection's weight is a model parameter"
@@ -135,6 +149,33 @@ def cpu_autocast_dtype() -> torch.dtype | None:
 
 
 # The logits workspace -------------------------------------------------------------------------------------------------
+def bucket_rows(n: int) -> int:
+    """The row count a bf16 product of n rows is padded to: n itself up to 32, else n rounded up to a multiple of
+    2^(bits(n) - 5), one of 16 sizes per power of two (at most n / 16 rows added)."""
+    if n <= 32:
+        return n
+    step = 1 << (n.bit_length() - 5)
+    return -(-n // step) * step
+
+
+def bucketed_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """F.linear; under CPU bfloat16 autocast with x's rows (all dimensions but the last) padded with zeros to
+    `bucket_rows` and the padded rows' outputs dropped, so that oneDNN meets a bounded set of shapes."""
+    rows = x.numel() // max(1, x.size(-1))
+    padded = bucket_rows(rows)
+    if padded == rows or x.device.type != "cpu" or cpu_autocast_dtype() != torch.bfloat16:
+        return F.linear(x, weight, bias)
+    flat = F.pad(x.reshape(rows, x.size(-1)), (0, 0, 0, padded - rows))
+    return F.linear(flat, weight, bias)[:rows].view(*x.shape[:-1], weight.size(0))
+
+
+class BucketedLinear(nn.Linear):
+    """nn.Linear through `bucketed_linear` (what `apply` turns a model's linear maps into; same parameters)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return bucketed_linear(x, self.weight, self.bias)
+
+
 class _ProjectIntoWorkspace(torch.autograd.Function):
     """h (N, D) @ W^T (D, V) written into a tensor that lives across training steps."""
 
@@ -145,17 +186,28 @@ class _ProjectIntoWorkspace(torch.autograd.Function):
         ctx.dtypes = (h.dtype, weight.dtype)  # the gradients go back in the inputs' own dtypes
         h, cast = h.to(dtype), weight.to(dtype)
         n, vocab = h.size(0), weight.size(0)
-        if owner.workspace is None or owner.workspace.numel() < n * vocab or owner.workspace.dtype != dtype:
+        rows = bucket_rows(n) if dtype == torch.bfloat16 else n  # zero rows below the real ones: zero logits
+        if rows > n:
+            h = F.pad(h, (0, 0, 0, rows - n))
+        if owner.workspace is None or owner.workspace.numel() < rows * vocab or owner.workspace.dtype != dtype:
             # sized for the largest batch to come at once: every regrowth is a fresh block to page in
-            owner.workspace = h.new_empty(max(n, owner.rows) * vocab)
+            owner.workspace = h.new_empty(max(rows, bucket_rows(owner.rows)) * vocab)
         ctx.save_for_backward(h, cast)
-        return torch.mm(h, cast.t(), out=owner.workspace[: n * vocab].view(n, vocab))
+        ctx.workspace, ctx.n = owner.workspace, n
+        return torch.mm(h, cast.t(), out=owner.workspace[: rows * vocab].view(rows, vocab))[:n]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         h, weight = ctx.saved_tensors
+        rows, n = h.size(0), ctx.n
+        if rows > n:  # the gradient of the padded rows is zero
+            if grad.data_ptr() == ctx.workspace.data_ptr() and grad.is_contiguous():
+                # the loss wrote the gradient into the logits in place: below it, the padded rows' logits, zeros
+                grad = ctx.workspace[: rows * grad.size(1)].view(rows, grad.size(1))
+            else:
+                grad = F.pad(grad, (0, 0, 0, rows - n))
         grad = grad.to(h.dtype)
-        return (grad @ weight).to(ctx.dtypes[0]), (grad.t() @ h).to(ctx.dtypes[1]), None
+        return (grad @ weight)[:n].to(ctx.dtypes[0]), (grad.t() @ h).to(ctx.dtypes[1]), None
 
 
 class WorkspaceLinear(nn.Module):

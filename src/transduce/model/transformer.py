@@ -97,6 +97,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
         self.keep_weights = False  # set by Transformer.recording_attention()
         self.weights: Tensor | None = None  # (B, H, Lq, Lk) when keep_weights
+        self.linear: Callable[..., Tensor] = F.linear  # the projections' product (cpu_speed.apply may swap it)
 
     @staticmethod
     def joined(*linears: nn.Linear) -> tuple[Tensor, Tensor]:
@@ -112,7 +113,7 @@ class MultiHeadAttention(nn.Module):
         `joined`: the projections already joined (a decoding step takes them from its DecoderCache)."""
         weight, bias = self.joined(*linears) if joined is None else joined  # (n D, D), (n D,)
         batch, length, _ = x.shape
-        out = F.linear(x, weight, bias).view(batch, length, len(linears), self.n_heads, self.d_k)
+        out = self.linear(x, weight, bias).view(batch, length, len(linears), self.n_heads, self.d_k)
         return out.permute(2, 0, 3, 1, 4).unbind(0)  # n x (B, H, L, K)
 
     def project_qkv(self, x: Tensor, joined: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
