@@ -78,9 +78,10 @@ def test_bucket_rows_bounds_the_shapes_a_bf16_run_meets():
         assert len({b for b in buckets if 2**k <= b < 2 ** (k + 1)}) <= 16
 
 
-def test_bf16_products_run_on_bucketed_rows_with_the_same_result(monkeypatch):
+@pytest.mark.parametrize("reuse_logits", [True, False])  # the loss writes its gradient into the workspace, or not
+def test_bf16_products_run_on_bucketed_rows_with_the_same_result(monkeypatch, reuse_logits):
     """The model's products under bf16 autocast see only bucketed row counts (65 -> 68, 55 -> 56) and give the loss
-    and gradients of the unpadded model; in float32 nothing is padded."""
+    and gradients of the unpadded model; in float32 nothing is padded and the results are the plain model's."""
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=60, d_model=32, d_ff=64, n_heads=2, n_layers=2, dropout=0.0)
     plain, spaced = Transformer(config), Transformer(config)
@@ -103,7 +104,7 @@ def test_bf16_products_run_on_bucketed_rows_with_the_same_result(monkeypatch):
             logits = model(src, tgt, torch.arange(55))
         monkeypatch.undo()
         assert logits.shape == (55, 60)
-        loss, _ = label_smoothed_nll(logits, target, eps=0.1, pad_id=0, reuse_logits=True)
+        loss, _ = label_smoothed_nll(logits, target, eps=0.1, pad_id=0, reuse_logits=reuse_logits)
         loss.backward()
         results.append((loss.item(), [p.grad.clone() for p in model.parameters()]))
     assert set(rows) == {68, 56}  # every product: the source's 65 rows or the target's 55, padded
@@ -114,8 +115,14 @@ def test_bf16_products_run_on_bucketed_rows_with_the_same_result(monkeypatch):
         assert torch.allclose(a, b, atol=1e-3, rtol=1e-2)
     rows.clear()
     monkeypatch.setattr(torch.nn.functional, "linear", spy)
-    spaced(src, tgt, torch.arange(55))
+    wide = []
+    for model in (plain, spaced):
+        model.zero_grad()
+        loss, _ = label_smoothed_nll(model(src, tgt, torch.arange(55)), target, eps=0.1, pad_id=0)
+        loss.backward()
+        wide.append((loss, [p.grad for p in model.parameters()]))
     assert set(rows) == {65, 55}  # float32: the products as they come
+    assert torch.equal(wide[0][0], wide[1][0]) and all(map(torch.equal, wide[0][1], wide[1][1]))
 
 
 def test_a_bf16_step_is_close_to_a_float32_step():

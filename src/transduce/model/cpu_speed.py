@@ -163,12 +163,19 @@ def bucket_rows(n: int) -> int:
 def bucketed_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """F.linear; under CPU bfloat16 autocast with x's rows (all dimensions but the last) padded with zeros to
     `bucket_rows` and the padded rows' outputs dropped, so that oneDNN meets a bounded set of shapes."""
+    if x.device.type != "cpu" or cpu_autocast_dtype() != torch.bfloat16 or _compiling():
+        return F.linear(x, weight, bias)  # (under torch.compile the bucket would fix the row count in the graph)
     rows = x.numel() // max(1, x.size(-1))
     padded = bucket_rows(rows)
-    if padded == rows or x.device.type != "cpu" or cpu_autocast_dtype() != torch.bfloat16:
+    if padded == rows:
         return F.linear(x, weight, bias)
     flat = F.pad(x.reshape(rows, x.size(-1)), (0, 0, 0, padded - rows))
     return F.linear(flat, weight, bias)[:rows].view(*x.shape[:-1], weight.size(0))
+
+
+def _compiling() -> bool:
+    compiler = getattr(torch, "compiler", None)  # torch.compiler.is_compiling: torch >= 2.3
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
 
 
 class BucketedLinear(nn.Linear):
@@ -193,7 +200,8 @@ class _ProjectIntoWorkspace(torch.autograd.Function):
             h = F.pad(h, (0, 0, 0, rows - n))
         if owner.workspace is None or owner.workspace.numel() < rows * vocab or owner.workspace.dtype != dtype:
             # sized for the largest batch to come at once: every regrowth is a fresh block to page in
-            owner.workspace = h.new_empty(max(rows, bucket_rows(owner.rows)) * vocab)
+            reserved = bucket_rows(owner.rows) if dtype == torch.bfloat16 else owner.rows
+            owner.workspace = h.new_empty(max(rows, reserved) * vocab)
         ctx.save_for_backward(h, cast)
         ctx.workspace, ctx.n = owner.workspace, n
         return torch.mm(h, cast.t(), out=owner.workspace[: rows * vocab].view(rows, vocab))[:n]
