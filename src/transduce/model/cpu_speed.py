@@ -12,7 +12,7 @@ interleaved, in one process (docs/experiments.md, 2 AMD EPYC cores, m30k-d256 on
 | `WorkspaceLinear`: logits kept across steps| 1.017 and 1.079 (`... workspace`)    |
 | `keep_freed_memory`: glibc keeps freed     | 1.073 (`... malloc`)                 |
 | blocks instead of returning them           |                                 |
-| `bucket_rows`: bf16 products on a bounded  | 1.20 over a whole 2,400-update run   |
+| `bucket_rows`: bf16 products on a bounded  | 1.17 over a whole 2,400-update run   |
 | set of row counts (bf16 only)              | (Intel Xeon, AMX; see below)         |
 
 The label-smoothed loss's `reuse_logits` (training/loss.py) belongs with the workspace: it turns the logits into
@@ -30,7 +30,7 @@ Every batch brings new row counts (sentences x length), so a run kept building k
 the step rate fell from 8,300 to about 6,200 target tokens/s over 2,400 updates, and the process held 4.8 GB by
 update 300, still growing.
 `bucket_rows` pads each bf16 product's rows (zeros, sliced off after) to one of at most 16 sizes per power of two
-(at most 1/16 more rows), so the shapes repeat: the rate holds (7,900) and the process stays at 1.9 GB. Float32
+(at most 1/16 more rows), so the shapes repeat: the rate holds (8,500) and the process stays at 1.9 GB. Float32
 products (MKL, no per-shape kernels) are left alone.
 """
 
