@@ -40,7 +40,7 @@ import contextlib
 import ctypes
 import platform
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -151,6 +151,9 @@ def cpu_autocast_dtype() -> torch.dtype | None:
 
 
 # The logits workspace -------------------------------------------------------------------------------------------------
+_is_compiling: Callable[[], bool] = getattr(torch.compiler, "is_compiling", lambda: False)  # torch >= 2.3
+
+
 def bucket_rows(n: int) -> int:
     """The row count a bf16 product of n rows is padded to: n itself up to 32, else n rounded up to a multiple of
     2^(bits(n) - 5), one of 16 sizes per power of two (at most n / 16 rows added)."""
@@ -163,19 +166,14 @@ def bucket_rows(n: int) -> int:
 def bucketed_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """F.linear; under CPU bfloat16 autocast with x's rows (all dimensions but the last) padded with zeros to
     `bucket_rows` and the padded rows' outputs dropped, so that oneDNN meets a bounded set of shapes."""
-    if x.device.type != "cpu" or cpu_autocast_dtype() != torch.bfloat16 or _compiling():
+    if x.device.type != "cpu" or cpu_autocast_dtype() != torch.bfloat16 or _is_compiling():
         return F.linear(x, weight, bias)  # (under torch.compile the bucket would fix the row count in the graph)
-    rows = x.numel() // max(1, x.size(-1))
+    rows = x.numel() // x.size(-1)
     padded = bucket_rows(rows)
     if padded == rows:
         return F.linear(x, weight, bias)
     flat = F.pad(x.reshape(rows, x.size(-1)), (0, 0, 0, padded - rows))
     return F.linear(flat, weight, bias)[:rows].view(*x.shape[:-1], weight.size(0))
-
-
-def _compiling() -> bool:
-    compiler = getattr(torch, "compiler", None)  # torch.compiler.is_compiling: torch >= 2.3
-    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
 
 
 class BucketedLinear(nn.Linear):
