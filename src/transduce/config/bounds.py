@@ -75,6 +75,7 @@ BOUNDS: dict[str, Bound] = {
     "model.d_model": POSITIVE,
     "model.d_ff": POSITIVE,
     "model.n_heads": POSITIVE,
+    "model.alignment_heads": COUNT,  # 0: all heads
     "model.dropout": RATE,
     "model.attention_dropout": RATE,
     "model.activation_dropout": RATE,

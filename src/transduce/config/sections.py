@@ -50,6 +50,11 @@ class ModelConfig:
     # or "gelu" (exact, with erf)
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (§3.4); false: by 1 (a Marian option)
     output_bias: bool = False  # a bias on the pre-softmax projection (Marian's final_logits_bias); §3.4 has none
+    # Word alignments (translate --alignment, train.guided_alignment; model/alignment.py): the cross-attention of
+    # decoder layer `alignment_layer` (negative: from the last, -1 = the last), averaged over its first
+    # `alignment_heads` heads (0: all of them), as CTranslate2's alignment_layer / alignment_heads read it
+    alignment_layer: int = -2
+    alignment_heads: int = 0
 
     def __post_init__(self) -> None:
         check_section(self, "model")  # types, finiteness and bounds.BOUNDS (sizes: memory.py)
@@ -64,6 +69,15 @@ class ModelConfig:
                 raise ConfigError(f"model.{name} ({getattr(self, name)}) must be a token id below vocab_size")
         if self.eos_id in (self.pad_id, self.bos_id):
             raise ConfigError(f"model.eos_id ({self.eos_id}) must differ from model.pad_id and model.bos_id")
+        if not -self.decoder_layers <= self.alignment_layer < self.decoder_layers:
+            raise ConfigError(
+                f"model.alignment_layer ({self.alignment_layer}) must name one of the {self.decoder_layers} decoder "
+                f"layers (0 to {self.decoder_layers - 1}, or -1 to -{self.decoder_layers} from the last)"
+            )
+        if self.alignment_heads > self.n_heads:
+            raise ConfigError(
+                f"model.alignment_heads ({self.alignment_heads}) is more than the model's {self.n_heads} heads"
+            )
 
     @property
     def encoder_layers(self) -> int:

@@ -1,0 +1,53 @@
+"""The attention that aligns words: one decoder layer's cross-attention, averaged over its first heads.
+
+Which layer and heads are the model's settings (model.alignment_layer, model.alignment_heads), read the same way by
+`translate --alignment` (decoding/alignment.py turns the weights into word links), guided alignment in training
+(training/guided.py trains these weights towards given links, Garg et al. 2019) and a CTranslate2 export (its
+decoder's alignment_layer / alignment_heads, so `return_attention` gives the same weights).
+
+Axis legend: B pairs, H heads, T decoder positions (BOS + target: position t predicts target token t), S source
+positions (pieces + EOS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from torch import Tensor
+
+from ..config import ModelConfig
+
+
+def layer_index(config: ModelConfig) -> int:
+    """model.alignment_layer as an index from 0 (a negative setting counts from the last layer)."""
+    return config.alignment_layer % config.decoder_layers
+
+
+def head_count(config: ModelConfig) -> int:
+    """How many heads (the first ones) are averaged: model.alignment_heads, 0 meaning all."""
+    return config.alignment_heads or config.n_heads
+
+
+@contextlib.contextmanager
+def recording_alignment(model) -> Iterator[list[Tensor]]:
+    """Within this block the alignment layer's cross-attention keeps its weights; the list yielded receives,
+    after each forward pass, the (B, T, S) weights averaged over the alignment heads (with autograd's graph when
+    gradients are on: guided alignment trains them). The other attention modules run as usual (fused kernels)."""
+    module = model.decoder.layers[layer_index(model.config)].cross_attn
+    heads = head_count(model.config)
+    got: list[Tensor] = []
+
+    def keep(_module, _inputs, _output) -> None:
+        weights = module.weights  # (B, H, T, S), set because keep_weights is on
+        got.append(weights[:, :heads].float().mean(dim=1))  # (B, T, S)
+        module.weights = None
+
+    module.keep_weights = True
+    handle = module.register_forward_hook(keep)
+    try:
+        yield got
+    finally:
+        handle.remove()
+        module.keep_weights = False
+        module.weights = None
