@@ -213,29 +213,31 @@ def test_cut_sources_keeps_room_for_eos_within_the_positions():
 
 
 def test_a_call_returns_which_inputs_it_cut_and_keeps_no_state(trained_run):
-    """The truncation note is the call's result (Decoded), not an attribute the last call left on the translator."""
+    """The note of sentences cut into parts is the call's result (Decoded), not an attribute the last call left on
+    the translator."""
     from transduce.decoding.translator import Translator
 
     run, _ = trained_run
     translator = Translator.from_run(run)
     decoded = translator.decode_lines(["", " ".join(["dog"] * 200), "the dog"], beam=2, nbest=2)
-    assert decoded.truncated == [1] and decoded.hypotheses[0] == []
+    assert decoded.cut == [1] and decoded.n_cut == 1 and decoded.hypotheses[0] == []
+    assert len(decoded.hypotheses[1]) == 2  # a cut line's n-best: its parts' k-th hypotheses joined
     alone = translator.translate_nbest("the dog", beam=2, nbest=2)  # batched apart: scores equal to rounding
     assert [h.tokens for h in decoded.hypotheses[2]] == [h.tokens for h in alone] and len(alone) == 2
-    assert translator.decode_lines(["the dog"]).truncated == []
-    assert not hasattr(translator, "truncated")
+    assert translator.decode_lines(["the dog"]).cut == []
+    assert not hasattr(translator, "cut")
 
 
 def test_translate_cli_streams_line_for_line(trained_run, tmp_path):
     run, corpus = trained_run
     lines = (corpus / "test.en").read_text().splitlines()[:6]
     lines[2] = ""
-    lines.append(" ".join(["dog"] * 200))  # longer than max_len: truncated with a warning
+    lines.append(" ".join(["dog"] * 200))  # longer than max_len: cut into parts, with a note
     text = "\n".join(lines) + "\n"
     proc = run_cli("translate", str(run), "--beam", "2", input=text)
     out = proc.stdout.split("\n")
     assert len(out) == len(lines) + 1 and out[-1] == "" and out[2] == ""
-    assert "line 7" in proc.stderr and "truncat" in proc.stderr
+    assert "1 sentence(s) on 1 line(s)" in proc.stderr and "truncat" not in proc.stderr
     nbest = run_cli("translate", str(run), "--beam", "3", "--nbest", "2", "--quiet", input="the dog\n")
     rows = [ln.split("\t") for ln in nbest.stdout.splitlines()]
     assert [r[0] for r in rows] == ["0", "0"] and float(rows[0][1]) >= float(rows[1][1])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from ..documents.formats import FORMATS
+from ..documents.sentences import SPLITS
 from .common import (
     check_decoding,
     check_precision_engine,
@@ -15,58 +17,101 @@ from .common import (
 
 
 def cmd_translate(args) -> int:
-    from ..data import read_lines
     from ..decoding.translator import Translator
+    from ..documents.formats import detect_format
     from ..export.ctranslate2 import CTranslate2Translator  # does not import ctranslate2 until used
 
     check_decoding(args)
     check_precision_engine(args)
-    if args.engine == "ctranslate2" and args.ensemble:
+    _check_engine(args)
+    fmt = args.format or detect_format(args.input)
+    split = args.split or ("lines" if fmt == "text" else "sentences")
+    if fmt != "text" and (args.nbest != 1 or args.alignment):
         from ..config import ConfigError
 
-        raise ConfigError("--ensemble decodes with --engine torch only")
-    if args.exact and args.engine != "ctranslate2":
-        from ..config import ConfigError
-
-        raise ConfigError("--exact applies to --engine ctranslate2 (the torch engine is the reference)")
-    if args.patience is not None and args.engine == "ctranslate2":
-        from ..config import ConfigError
-
-        raise ConfigError("--patience applies to --engine torch (ctranslate2 runs with its patience 1, or --exact)")
-    lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
+        raise ConfigError(f"--format {fmt} writes one translated document: --nbest and --alignment need text input")
     translator: Translator | CTranslate2Translator
     if args.engine == "ctranslate2":
         translator = CTranslate2Translator.from_run(args.run, device=args.device, exact=args.exact)
-        max_len = translator.max_len
     else:
         translator = Translator.from_runs([args.run, *args.ensemble], device=args.device, precision=args.precision)
-        max_len = translator.model.config.max_len
-    progress = not sys.stdout.isatty() and not args.quiet
-    decoded = translator.decode_lines(
-        lines,
+    options = dict(
         beam=args.beam,
         alpha=args.alpha,
-        nbest=args.nbest,
         batch_tokens=args.batch_tokens,
         length_penalty=args.length_penalty,
-        mbr=args.mbr,
-        progress=progress,
         **_sampling(args),
         **({} if args.patience is None else {"patience": args.patience}),
     )
-    for i in decoded.truncated:
-        print(
-            f"warning: line {i + 1}: longer than the model's {max_len} positions; translated after truncation",
-            file=sys.stderr,
-        )
+    if fmt != "text":
+        return _translate_document(translator, args, fmt, {**options, "split": split})
+    from ..data import read_lines
+
+    lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
+    progress = not sys.stdout.isatty() and not args.quiet
+    decoded = translator.decode_lines(
+        lines, nbest=args.nbest, mbr=args.mbr, split=split, alignment=args.alignment, progress=progress, **options
+    )
+    _note_cut(decoded.n_cut, len(decoded.cut))
     out = sys.stdout
     for i, hyps in enumerate(decoded.hypotheses):
         if args.nbest == 1:
-            out.write((hyps[0].text if hyps else "") + "\n")
+            out.write(_with_links(hyps[0] if hyps else None, args.alignment) + "\n")
         else:
             for h in hyps:
-                out.write(f"{i}\t{h.score:.4f}\t{h.text}\n")
+                out.write(f"{i}\t{h.score:.4f}\t{_with_links(h, args.alignment)}\n")
     out.flush()
+    return 0
+
+
+def _check_engine(args) -> None:
+    """translate's engine flags that only one engine takes."""
+    from ..config import ConfigError
+
+    if args.engine == "ctranslate2" and args.ensemble:
+        raise ConfigError("--ensemble decodes with --engine torch only")
+    if args.exact and args.engine != "ctranslate2":
+        raise ConfigError("--exact applies to --engine ctranslate2 (the torch engine is the reference)")
+    if args.patience is not None and args.engine == "ctranslate2":
+        raise ConfigError("--patience applies to --engine torch (ctranslate2 runs with its patience 1, or --exact)")
+
+
+def _with_links(hyp, alignment: bool) -> str:
+    """A translation's text, and with --alignment " ||| " and its Pharaoh links (fairseq's and Marian's layout)."""
+    from ..documents.words import pharaoh
+
+    text = hyp.text if hyp else ""
+    return f"{text} ||| {pharaoh(hyp.alignment or [] if hyp else [])}" if alignment else text
+
+
+def _note_cut(n_cut: int, n_lines: int) -> None:
+    if n_cut:
+        print(
+            f"note: {n_cut} sentence(s) on {n_lines} line(s) longer than the model's positions were cut into parts "
+            "(at clause punctuation, else between words), each translated",
+            file=sys.stderr,
+        )
+
+
+def _translate_document(translator, args, fmt: str, options: dict) -> int:
+    """--format html/xml/srt/vtt: the whole input read as one document, its translation written at once."""
+    from ..data import DataError
+    from ..decoding.documents import translate_document
+
+    path = input_path(args.input)
+    try:
+        raw = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+        text = raw.decode("utf-8", errors=args.errors)
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text (byte {err.start}); --errors replace reads it anyway") from None
+    name = "<stdin>" if str(path) == "-" else str(path)
+    document = translate_document(translator, text, fmt, name=name, **options)
+    _note_cut(document.n_cut, document.n_cut)
+    if document.tags_dropped:
+        print(f"note: {document.tags_dropped} inline tag(s) inside subtitle cues dropped", file=sys.stderr)
+    sys.stdout.write(document.text)
+    sys.stdout.flush()
     return 0
 
 
@@ -124,6 +169,7 @@ def _sampling(args) -> dict:
 def cmd_score_pairs(args) -> int:
     from ..data import DataError, read_lines
     from ..decoding.translator import Translator
+    from ..documents.words import pharaoh
     from ..export.ctranslate2 import CTranslate2Translator
 
     check_precision_engine(args)
@@ -137,9 +183,13 @@ def cmd_score_pairs(args) -> int:
     else:
         scorer = Translator.from_run(args.run, device=args.device, precision=args.precision)
     out = sys.stdout
-    for pair in scorer.score(sources, targets, batch_tokens=args.batch_tokens, tokens=args.tokens, tag=args.tag or ""):
+    tag = args.tag or ""
+    scores = scorer.score(sources, targets, batch_tokens=args.batch_tokens, tokens=args.tokens, tag=tag)
+    links = scorer.pair_alignments(sources, targets, tag=tag) if args.alignment else [[] for _ in scores]
+    for pair, pair_links in zip(scores, links):
         fields = [f"{pair.total:.6f}", str(pair.tokens), f"{pair.mean:.6f}"]
         fields += [" ".join(f"{x:.6f}" for x in pair.per_token or [])] if args.tokens else []
+        fields += [pharaoh(pair_links)] if args.alignment else []
         out.write("\t".join(fields) + "\n")
     out.flush()
     return 0
@@ -165,6 +215,26 @@ def register(sub) -> None:
     p.add_argument("--input", help="read this file instead of stdin")
     p.add_argument("--nbest", type=int, default=1, help="print the N best as INDEX<TAB>SCORE<TAB>TEXT")
     p.add_argument("--length-penalty", choices=["gnmt", "length", "none"], default=None)
+    p.add_argument(
+        "--split",
+        choices=SPLITS,
+        default=None,
+        help="lines: a line is one sentence (a test set); sentences: a line is a paragraph, split into sentences by "
+        "the source language's rules and rejoined with its spacing (the default for --format other than text)",
+    )
+    p.add_argument(
+        "--alignment",
+        action="store_true",
+        help="also print each translation's word alignment: TEXT ||| i-j ... (Pharaoh links, 0-based source word - "
+        "target word, words split at whitespace), from the attention of model.alignment_layer/alignment_heads",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="text (a line a line), html or xml (markup kept, inline tags moved with their words), srt or vtt "
+        "(cue numbers and timings kept); default: from --input's extension, text for stdin",
+    )
     p.add_argument(
         "--engine",
         choices=["torch", "ctranslate2"],
@@ -196,6 +266,12 @@ def register(sub) -> None:
     p.add_argument("--tgt", required=True, help="targets, one a line, as many as sources")
     p.add_argument("--tokens", action="store_true", help="also each token's log-probability (a 4th column)")
     p.add_argument("--tag", default=None, metavar="T", help="put this tag (data.corpora's) before every source")
+    p.add_argument(
+        "--alignment",
+        action="store_true",
+        help="also each pair's word alignment as Pharaoh links (a last column: i-j ..., 0-based, words split at "
+        "whitespace), from the attention of model.alignment_layer/alignment_heads",
+    )
     p.add_argument("--batch-tokens", type=int, default=None, help="tokens per batch (default: decode.batch_tokens)")
     p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch", help="ctranslate2: score_batch")
     p.add_argument("--device", default="auto")

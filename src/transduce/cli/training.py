@@ -1,4 +1,4 @@
-"""Training commands: demo, prepare, train, average, classify (argument tables and the calls they make)."""
+"""Training commands: demo, prepare, align, train, average, classify (argument tables and the calls they make)."""
 
 from __future__ import annotations
 
@@ -63,15 +63,15 @@ def cmd_prepare(args) -> int:
 
 
 def _corpus(text: str):
-    """`--corpus PREFIX[,weight=W][,tag=T]` -> one of data.corpora."""
+    """`--corpus PREFIX[,weight=W][,tag=T][,align=F]` -> one of data.corpora."""
     from ..config import ConfigError, CorpusConfig
 
     prefix, *fields = text.split(",")
     given: dict[str, object] = {}
     for field in fields:
         key, _, value = field.partition("=")
-        if key not in ("weight", "tag") or not value:
-            raise ConfigError(f"--corpus {text}: expected PREFIX[,weight=W][,tag=T], got {field!r}")
+        if key not in ("weight", "tag", "align") or not value:
+            raise ConfigError(f"--corpus {text}: expected PREFIX[,weight=W][,tag=T][,align=F], got {field!r}")
         try:
             given[key] = float(value) if key == "weight" else value
         except ValueError:
@@ -91,6 +91,13 @@ def _check_prepare_flags(args) -> None:
         )
     if args.workers is not None and args.workers < 0:
         raise ConfigError(f"--workers must be 0 (one per core) or more, got {args.workers}")
+
+
+def cmd_align(args) -> int:
+    from ..data.aligner import align_corpus
+
+    align_corpus(input_path(args.src), input_path(args.tgt), Path(args.out), errors=args.errors)
+    return 0
 
 
 def cmd_train(args) -> int:
@@ -221,9 +228,10 @@ def _register_prepare(sub) -> None:
         "--corpus",
         action="append",
         default=[],
-        metavar="PREFIX[,weight=W][,tag=T]",
+        metavar="PREFIX[,weight=W][,tag=T][,align=F]",
         help="a training corpus of several, in place of --train (repeatable; data.corpora): each epoch draws W x its "
-        "pairs; T (e.g. <bt>) becomes one token put before each of its sources",
+        "pairs; T (e.g. <bt>) becomes one token put before each of its sources; F: its word links for guided "
+        "alignment (`transduce align` writes them)",
     )
     p.add_argument("--valid-tag", metavar="T", help="put this corpus tag before every validation source")
     p.add_argument("--valid", help="validation file prefix")
@@ -252,6 +260,13 @@ def _register_prepare(sub) -> None:
     )
     p.add_argument("--out", required=True, help="a new folder (or an earlier `prepare` output, replaced)")
     p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("align", help="word links of a parallel corpus (eflomal), for guided alignment")
+    p.add_argument("--src", required=True, help="the source side: one sentence per line (plain or .gz)")
+    p.add_argument("--tgt", required=True, help="the target side, line by line with --src")
+    p.add_argument("--out", required=True, help="a new file: one line of Pharaoh links i-j per pair (0-based words)")
+    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
+    p.set_defaults(func=cmd_align)
 
 
 def _register_classify(sub) -> None:

@@ -120,6 +120,7 @@ BOUNDS: dict[str, Bound] = {
     "train.max_epochs": COUNT,
     "train.seed": SEED,
     "train.num_threads": COUNT,  # 0: torch's default
+    "train.guided_alignment": NON_NEGATIVE,  # 0: off
     # decode (translation's and parsing's sections)
     "decode.beam": Bound(1, MAX_BEAM),
     "decode.alpha": Bound(0.0, 10.0),

@@ -50,11 +50,10 @@ class ModelConfig:
     # or "gelu" (exact, with erf)
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (§3.4); false: by 1 (a Marian option)
     output_bias: bool = False  # a bias on the pre-softmax projection (Marian's final_logits_bias); §3.4 has none
-    # Word alignments (translate --alignment, train.guided_alignment; model/alignment.py): the cross-attention of
-    # decoder layer `alignment_layer` (negative: from the last, -1 = the last), averaged over its first
-    # `alignment_heads` heads (0: all of them), as CTranslate2's alignment_layer / alignment_heads read it
-    alignment_layer: int = -2
-    alignment_heads: int = 0
+    # Word alignments (translate --alignment, train.guided_alignment; model/alignment.py) are read from one decoder
+    # layer's cross-attention averaged over its first heads, as CTranslate2's alignment_layer / alignment_heads are
+    alignment_layer: int | None = None  # that layer (negative: from the last); None: the penultimate (1 layer: it)
+    alignment_heads: int = 0  # how many of its heads, the first ones, are averaged; 0: all of them
 
     def __post_init__(self) -> None:
         check_section(self, "model")  # types, finiteness and bounds.BOUNDS (sizes: memory.py)
@@ -69,7 +68,7 @@ class ModelConfig:
                 raise ConfigError(f"model.{name} ({getattr(self, name)}) must be a token id below vocab_size")
         if self.eos_id in (self.pad_id, self.bos_id):
             raise ConfigError(f"model.eos_id ({self.eos_id}) must differ from model.pad_id and model.bos_id")
-        if not -self.decoder_layers <= self.alignment_layer < self.decoder_layers:
+        if self.alignment_layer is not None and not -self.decoder_layers <= self.alignment_layer < self.decoder_layers:
             raise ConfigError(
                 f"model.alignment_layer ({self.alignment_layer}) must name one of the {self.decoder_layers} decoder "
                 f"layers (0 to {self.decoder_layers - 1}, or -1 to -{self.decoder_layers} from the last)"
@@ -120,6 +119,9 @@ class CorpusConfig:
     tgt: str = ""  # its target suffix; empty: data.tgt
     weight: float = 1.0  # each epoch draws weight x its size of its pairs (> 0)
     tag: str = ""  # a token put before each of its sources; empty: none
+    # word links of its pairs for guided alignment (train.guided_alignment): a file of Pharaoh links, one line per
+    # pair (`transduce align` writes one); empty: none (docs/training.md#guided-alignment)
+    align: str = ""
 
     def __post_init__(self) -> None:
         if not self.prefix:
@@ -251,6 +253,10 @@ class TrainConfig:
     # change, shapes may not) and its tokenizer; the optimizer, schedule, step and early stopping start afresh.
     # Empty: train from a random initialisation (docs/training.md#fine-tuning-a-trained-model)
     init_from: str = ""
+    # translation: the weight of guided alignment's loss (Garg et al. 2019): the cross-entropy between the alignment
+    # attention (model.alignment_layer, model.alignment_heads) and the word links of data.corpora's align files,
+    # added to the loss; 0 = off. Garg et al.'s setting: 0.05 with alignment_heads 1 (docs/training.md#guided-alignment)
+    guided_alignment: float = 0.0
 
     def __post_init__(self) -> None:
         check_section(self, "train")  # types, finiteness and bounds.BOUNDS
@@ -268,6 +274,10 @@ class TrainConfig:
             raise ConfigError(
                 f"train.average_last must be between 0 and train.keep_last ({self.keep_last}), got {self.average_last}"
             )
+        if self.guided_alignment and self.compile:
+            # the alignment weights are recorded by a hook put on for each loss (model/alignment.py): under
+            # torch.compile every change of the model's hooks is a new graph
+            raise ConfigError("train.guided_alignment does not run with train.compile (--compile); turn one off")
         if self.lr_clock and (self.lr_schedule != "linear" or self.max_minutes <= 0):
             raise ConfigError(
                 "train.lr_clock needs train.lr_schedule = 'linear' and a train.max_minutes budget to decay over, "

@@ -107,6 +107,11 @@ class Batch:
     target: torch.Tensor  # (n_tokens,) tgt_out at those positions
     word_pos: torch.Tensor | None = None  # (B, T) parsing's word pointer: source position of the next word; (B, T, C)
     # with model.word_pointer_last (its last piece too)
+    # guided alignment's targets (translation with train.guided_alignment; data/alignments.py): flat indices into the
+    # (B, T, S) alignment attention and p_t[s] there, and the count of target positions with links
+    align_index: torch.Tensor | None = None  # (K,)
+    align_prob: torch.Tensor | None = None  # (K,)
+    n_aligned: int = 0
 
     def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"
@@ -120,6 +125,9 @@ class Batch:
             positions=self.positions.to(device, non_blocking=nb),
             target=self.target.to(device, non_blocking=nb),
             word_pos=None if self.word_pos is None else self.word_pos.to(device, non_blocking=nb),
+            align_index=None if self.align_index is None else self.align_index.to(device, non_blocking=nb),
+            align_prob=None if self.align_prob is None else self.align_prob.to(device, non_blocking=nb),
+            n_aligned=self.n_aligned,
         )
 
 

@@ -1,6 +1,6 @@
 """A split's finished chunks joined into its arrays: SPLIT.SIDE.{ids,lengths,offsets}.npy, SPLIT.lines.npy and, for
-the training split, SPLIT.SIDE.starts.npy (else SPLIT.SIDE.txt), each written part by part (never a whole array in
-memory, never a memory map being filled)."""
+the training split, SPLIT.SIDE.starts.npy (else SPLIT.SIDE.txt) and its word links where it has them, each written
+part by part (never a whole array in memory, never a memory map being filled)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,13 @@ from ..outputs import names_file
 from .corpus import ParallelCorpus, TokenArrays
 
 
-def join_chunks(split: str, folders: list[Path], out: Path, id_dtype: str, *, text: bool) -> ParallelCorpus:
+def join_chunks(
+    split: str, folders: list[Path], out: Path, id_dtype: str, *, text: bool, links: bool = False
+) -> ParallelCorpus:
     """One split's chunks joined into OUT/SPLIT.SIDE.{ids,lengths,offsets}.npy, OUT/SPLIT.lines.npy (each kept
     pair's line number in the input files) and, for the training split, OUT/train.SIDE.starts.npy (where each kept
-    line begins in its decompressed input file), for the others OUT/SPLIT.SIDE.txt. Each file is written chunk by
+    line begins in its decompressed input file), for the others OUT/SPLIT.SIDE.txt; with `links`, the kept pairs'
+    word links as OUT/SPLIT.links.{ids,lengths,offsets}.npy (data/alignments.py). Each file is written chunk by
     chunk (never a whole array in memory, never a memory map being filled); read back memory-mapped."""
 
     def parts(name: str) -> Callable[[], Iterator[np.ndarray]]:
@@ -27,13 +30,15 @@ def join_chunks(split: str, folders: list[Path], out: Path, id_dtype: str, *, te
 
     for name in ["lines"] if text else ["lines", "src.starts", "tgt.starts"]:
         _write_joined(out / f"{split}.{name}.npy", parts(name), np.int64)
-    for side in ("src", "tgt"):
+    for side in ("src", "tgt", "links") if links else ("src", "tgt"):
         lengths = parts(f"{side}.lengths")
         longest = max((int(np.max(a, initial=0)) for a in lengths()), default=0)
         _write_joined(out / f"{split}.{side}.lengths.npy", lengths, _length_dtype(longest))
         _write_joined(out / f"{split}.{side}.offsets.npy", partial(_running_offsets, lengths), np.int64)
-        _write_joined(out / f"{split}.{side}.ids.npy", parts(f"{side}.ids"), np.dtype(id_dtype))
-        if text:
+        # the links keep their chunks' type (ChunkJob.link_dtype)
+        dtype = np.dtype(id_dtype) if side != "links" else next((a.dtype for a in parts("links.ids")()), np.int32)
+        _write_joined(out / f"{split}.{side}.ids.npy", parts(f"{side}.ids"), dtype)
+        if text and side != "links":
             with names_file(out / f"{split}.{side}.txt"), open(out / f"{split}.{side}.txt", "wb") as dst:
                 for f in folders:
                     with open(f / f"{side}.txt", "rb") as src:

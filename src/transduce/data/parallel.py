@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, replace
-from itertools import zip_longest
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -36,22 +35,15 @@ from ..outputs import (
 )
 from .cache import reuse_or_build
 from .formats import count_rows
-from .inputs import (
-    Input,
-    Inputs,
-    split_inputs,
-    with_tokenizer,
-)
+from .inputs import Input, Inputs, check_line_counts, chunk_jobs, split_inputs, with_tokenizer
 from .joining import join_chunks
 from .marian import load_tokenizer
 from .prepared import Prepared, load_prepared
 from .stream import (
     CHUNK_LINES,
-    ChunkJob,
     chunk_folder,
     count_lines,
     encode_chunk,
-    line_blocks,
     read_chunk_stats,
     sample_lines,
 )
@@ -68,7 +60,7 @@ def _input_digests(files: Inputs) -> dict[str, str]:
 
 
 def _all_files(files: Inputs) -> list[Path]:
-    return list(dict.fromkeys(path for inputs in files.values() for one in inputs for path in one.pair))
+    return list(dict.fromkeys(path for inputs in files.values() for one in inputs for path in one.files))
 
 
 # DataConfig fields that do not change what `prepare` writes (and so stay out of the cache key; data.tokenizer's
@@ -86,13 +78,14 @@ def _cache_key(config: DataConfig, files: Inputs, digests: dict[str, str], token
     for name in ("corpora", "valid_tag"):  # unset: the key of a one-corpus cache stays as it was before them
         if not options[name]:
             del options[name]
+    for corpus in options.get("corpora", ()):  # nor does a corpus without links change the key it had before them
+        if not corpus["align"]:
+            del corpus["align"]
     h = hashlib.sha256()
     given = {"tokenizer": tokenizer} if tokenizer else {}  # a learned vocabulary's keys stay as they always were
     h.update(json.dumps({"options": options, **given}, sort_keys=True).encode())
     for split, inputs in sorted(files.items()):
-        h.update(
-            f"{split}:".encode() + ":".join(f"{digests[str(i.src)]}:{digests[str(i.tgt)]}" for i in inputs).encode()
-        )
+        h.update(f"{split}:".encode() + ":".join(":".join(digests[str(p)] for p in i.files) for i in inputs).encode())
     return h.hexdigest()[:16]
 
 
@@ -160,7 +153,7 @@ def _keyed_paths(config: DataConfig) -> DataConfig:
     def keyed(prefix: str) -> str:
         return prefix if not prefix or Path(prefix).is_absolute() else os.path.normpath(prefix)
 
-    corpora = tuple(replace(c, prefix=keyed(c.prefix)) for c in config.corpora)
+    corpora = tuple(replace(c, prefix=keyed(c.prefix), align=keyed(c.align)) for c in config.corpora)
     return replace(
         config,
         train=keyed(config.train),
@@ -248,11 +241,14 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
             for side, path in zip(("src", "tgt"), one.pair):
                 if not any(s["nonblank"][side == "tgt"] for s in stats if s.get("corpus", 0) == k):
                     raise DataError(f"{path}: the file is empty")
-        corpus = join_chunks(split, folders, out, id_dtype, text=split != "train")
+        links = any(one.align for one in files[split])
+        corpus = join_chunks(split, folders, out, id_dtype, text=split != "train", links=links)
         info: dict[str, Any] = {
             "files": [str(p) for one in files[split] for p in one.pair],
             **_counts(stats),
         }
+        if links:  # pairs that keep word links, and those whose pieces hold other words than their line
+            info["links"] = {k: sum(s[k] for s in stats) for k in ("linked", "unlinked")}
         if split == "train":
             info["corpora"] = _corpora_info(files[split], stats)
         for side, arr, lengths in (("src", corpus.src, corpus.src_lengths), ("tgt", corpus.tgt, corpus.tgt_lengths)):
@@ -279,7 +275,8 @@ def _corpora_info(inputs: list[Input], stats: list[dict]) -> list[dict]:
     for k, one in enumerate(inputs):
         counts = _counts([s for s in stats if s.get("corpus", 0) == k])
         out.append({"files": [str(p) for p in one.pair], "first": first, **counts, "weight": one.weight,
-                    "tag": one.tag, "format": one.format, "langs": list(one.langs)})  # fmt: skip
+                    "tag": one.tag, "format": one.format, "langs": list(one.langs),
+                    **({"align": str(one.align)} if one.align else {})})  # fmt: skip
         first += counts["sentences"]
     return out
 
@@ -311,7 +308,7 @@ def _learn_vocabulary(config: DataConfig, files: dict, tokenizer_path: Path, log
         for one in inputs:
             if one.format == "lines":
                 counts[one] = [count_lines(one.src), count_lines(one.tgt)]
-                _check_line_counts(one.src, one.tgt, *counts[one])
+                check_line_counts(one.src, one.tgt, *counts[one])
             else:
                 counts[one] = [count_rows(one.src, one.format)] * 2
                 if not counts[one][0]:
@@ -381,7 +378,7 @@ def _encode_chunks(
     try:
         for split, inputs in files.items():
             results[split] = []
-            for job in _chunk_jobs(config, split, inputs, chunks, tokenizer, id_dtype, tag_ids):
+            for job in chunk_jobs(config, split, inputs, chunks, tokenizer, id_dtype, tag_ids):
                 stats = read_chunk_stats(chunk_folder(chunks, split, job.index))
                 if (
                     stats is not None
@@ -413,58 +410,6 @@ def _encode_chunks(
     return results
 
 
-def _chunk_jobs(
-    config: DataConfig,
-    split: str,
-    inputs: list[Input],
-    chunks: Path,
-    tokenizer: str,
-    id_dtype: str,
-    tag_ids: dict[str, int],
-) -> Iterator[ChunkJob]:
-    """A split's chunks: its corpora one after the other, numbered on across them, each chunk with its corpus's
-    index and tag id (put before every source)."""
-    kind = split if split in ("train", "valid") else "test"
-    index = 0
-    for k, one in enumerate(inputs):
-        prefix = (tag_ids[one.tag],) if one.tag else ()
-        if one.format != "lines":  # one file of both sides: its rows' blocks, where each row begins
-            first = 0
-            for n, src, tgt, starts in one.blocks(CHUNK_LINES):
-                yield ChunkJob(
-                    split, index, first, src, tgt, str(one.src), str(one.tgt), str(chunks), tokenizer, kind,
-                    config.max_len, config.max_ratio, config.errors, id_dtype, corpus=k, prefix=prefix,
-                    row_starts=starts,
-                )  # fmt: skip
-                first += n
-                index += 1
-            continue
-        first = src_pos = tgt_pos = 0
-        for a, b in zip_longest(line_blocks(one.src, CHUNK_LINES), line_blocks(one.tgt, CHUNK_LINES)):
-            if a is None or b is None or a[0] != b[0]:
-                _check_line_counts(one.src, one.tgt, count_lines(one.src), count_lines(one.tgt))
-            yield ChunkJob(
-                split, index, first, a[1], b[1], str(one.src), str(one.tgt), str(chunks), tokenizer, kind,
-                config.max_len, config.max_ratio, config.errors, id_dtype, src_pos, tgt_pos,
-                corpus=k, prefix=prefix,
-            )  # fmt: skip
-            first += a[0]
-            src_pos += len(a[1])
-            tgt_pos += len(b[1])
-            index += 1
-
-
-def _check_line_counts(src_path: Path, tgt_path: Path, n_src: int, n_tgt: int) -> None:
-    for path, n in ((src_path, n_src), (tgt_path, n_tgt)):
-        if n == 0:
-            raise DataError(f"{path}: the file is empty")
-    if n_src != n_tgt:
-        raise DataError(
-            f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; "
-            "parallel files must have one sentence per line on both sides"
-        )
-
-
 def format_summary(summary: dict) -> str:
     lines = [f"data: {summary['src']}-{summary['tgt']}, joint SentencePiece vocabulary of {summary['vocab_size']}"]
     for split, info in summary["splits"].items():
@@ -479,6 +424,10 @@ def format_summary(summary: dict) -> str:
             tag = f", tag {corpus['tag']}" if corpus["tag"] else ""
             lines.append(f"  {'':<18} corpus {k + 1}: {corpus['sentences']:,} pairs of {corpus['files'][0]} "
                          f"(weight {corpus['weight']:g}{tag})")  # fmt: skip
+        if "links" in info:
+            linked, lost = info["links"]["linked"], info["links"]["unlinked"]
+            why = f" ({lost:,} pairs without: their pieces hold other words than their line)" if lost else ""
+            lines.append(f"  {'':<18} word links for {linked:,} pairs{why}")
         if "padding_efficiency" in info:
             lines.append(
                 f"  {'':<18} {info['batches']:,} batches of <= {info['max_tokens']} tokens per side, "

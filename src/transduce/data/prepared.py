@@ -5,7 +5,7 @@ vocabulary, is refused in one line."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,9 @@ class Prepared:
     tokenizer: Tokenizer
     splits: dict[str, ParallelCorpus]
     summary: dict
+    # per split that has them (data.corpora's align: the training split), each pair's word links, memory-mapped: pair
+    # i's are links[i] = [src word, tgt word, ...] (data/alignments.py; empty for a pair without)
+    links: dict[str, TokenArrays] = field(default_factory=dict)
 
     def texts(self, split: str) -> tuple[list[str], list[str]]:
         """The raw (kept) sentences of a split: for validation and test splits (BLEU against real references) the
@@ -72,12 +75,22 @@ def load_prepared(root: str | Path) -> Prepared:
             name: ParallelCorpus(TokenArrays.load(root / f"{name}.src"), TokenArrays.load(root / f"{name}.tgt"))
             for name in summary["splits"]
         }
+        links = {
+            name: TokenArrays.load(root / f"{name}.links")
+            for name in summary["splits"]
+            if (root / f"{name}.links.ids.npy").is_file()
+        }
     except (OSError, KeyError, ValueError, TokenizerError) as err:
         raise DataError(f"{root}: not a prepared data folder ({err})") from None
     for name, corpus in splits.items():
         for side, arrays in (("src", corpus.src), ("tgt", corpus.tgt)):
             _check_ids(root / f"{name}.{side}.ids.npy", arrays.ids, tokenizer.vocab_size)
-    return Prepared(root, tokenizer, splits, summary)
+    for name, arrays in links.items():
+        if len(arrays) != len(splits[name]):
+            raise DataError(
+                f"{root / name}.links.offsets.npy: not one entry per pair of the {name} split; prepare again"
+            )
+    return Prepared(root, tokenizer, splits, summary, links)
 
 
 ID_BLOCK = 1 << 24  # ids checked per block (a memory map read in blocks: 32 MB of uint16 at a time)

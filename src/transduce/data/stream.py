@@ -24,6 +24,7 @@ from typing import IO, Any
 import numpy as np
 
 from ..outputs import atomic_folder, names_file
+from .alignments import chunk_links, kept_links, word_starts
 from .marian import load_tokenizer
 from .text import DataError, decode_lines
 from .tokenizer import Tokenizer
@@ -146,9 +147,15 @@ class ChunkJob:
     # a one-file corpus (TSV, JSONL, Parquet: formats.py): where each row begins in it, for both sides; None: the
     # lines' own offsets in their files (src_pos, tgt_pos)
     row_starts: np.ndarray | None = None
+    # the split keeps word links (data.corpora's align): SPLIT.links.*.npy, none for a pair of a corpus without
+    links: bool = False
+    align: bytes | None = None  # this chunk's lines of its corpus's align file; None: the corpus has none
+    align_name: str = ""  # that file, for the errors
+    link_dtype: str = "uint16"  # word indices (below data.max_len: a longer pair is dropped)
 
 
 _TOKENIZERS: dict[str, Tokenizer] = {}  # per worker process: each loads the model once
+_WORD_STARTS: dict[str, np.ndarray] = {}  # and its pieces' word-start marks (alignments.word_starts)
 
 
 def chunk_folder(folder: str | Path, split: str, index: int) -> Path:
@@ -163,13 +170,15 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
     """Decode, filter and encode one chunk and write it: SIDE.ids.npy (flat ids of the kept pairs), SIDE.lengths.npy,
     lines.npy (their line numbers in the files, from 0), for the training split SIDE.starts.npy (each kept line's
     first byte in its decompressed file: the text subword sampling reads), for the others SIDE.txt (the kept lines),
-    and stats.json (returned)."""
+    where the split keeps word links links.{ids,lengths}.npy (alignments.kept_links), and stats.json (returned)."""
     final = chunk_folder(job.folder, job.split, job.index)
     if job.tokenizer not in _TOKENIZERS:
         _TOKENIZERS[job.tokenizer] = load_tokenizer(job.tokenizer)
     tokenizer = _TOKENIZERS[job.tokenizer]
     src_lines = split_lines(job.src, job.src_name, job.first_line, job.errors)
     tgt_lines = split_lines(job.tgt, job.tgt_name, job.first_line, job.errors)
+    # every line of links checked against its pair's words, before anything is written (dropped pairs' too)
+    links = None if job.align is None else chunk_links(job.align, job.align_name, job.first_line, src_lines, tgt_lines)
     n = len(src_lines)
     nonblank = [any(line.strip() for line in lines) for lines in (src_lines, tgt_lines)]
     if job.kind == "test":
@@ -210,6 +219,15 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
                 text = "".join(lines[i] + "\n" for i in kept[ok])
                 (folder / f"{side}.txt").write_bytes(text.encode("utf-8"))
         np.save(folder / "lines.npy", (kept[ok] + job.first_line).astype(np.int64), allow_pickle=False)
+        if job.links:  # the kept pairs' links, in step with their ids
+            if job.tokenizer not in _WORD_STARTS:
+                _WORD_STARTS[job.tokenizer] = word_starts(tokenizer)
+            starts = _WORD_STARTS[job.tokenizer]
+            rows = [(kept[p], src_ids[p], tgt_ids[p]) for p in np.flatnonzero(ok)]
+            flat, lengths, stats["unlinked"] = kept_links(links, rows, src_lines, tgt_lines, starts)
+            stats["linked"] = int((lengths > 0).sum())
+            np.save(folder / "links.ids.npy", flat.astype(job.link_dtype), allow_pickle=False)
+            np.save(folder / "links.lengths.npy", lengths, allow_pickle=False)
         (folder / "stats.json").write_text(json.dumps(stats) + "\n", encoding="utf-8")
     return stats
 

@@ -6,6 +6,7 @@ written twice, once per engine)."""
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -14,6 +15,9 @@ from tqdm import tqdm
 from ..config import MBR_UTILITIES, ConfigError, DecodeConfig, check_patience, check_sampling
 from ..config.bounds import check_value
 from ..data.tokenizer import Tokenizer, TokenizerError
+from ..documents import sentences as paragraphs
+from ..documents import words
+from ..documents.sentences import check_split
 from .mbr import mbr_rerank
 from .search import Sampling
 
@@ -23,15 +27,20 @@ class Translation:
     text: str
     score: float
     tokens: list[int]
+    # word links (source word, target word), 0-based over the whitespace-separated words of the input line and of
+    # `text`, with `alignment=True` (documents/words.py); None otherwise
+    alignment: list[tuple[int, int]] | None = None
 
 
 @dataclass(frozen=True)
 class Decoded:
-    """What one decoding call gives back: per sentence its hypotheses, best first (an empty line gets an empty
-    list), and the indices of the sentences cut to the model's positions (the CLI warns about them)."""
+    """What one decoding call gives back: per line its hypotheses, best first (an empty line gets an empty list),
+    and the lines holding a sentence too long for the model's positions, which was cut into parts translated one
+    by one (documents/sentences.py; `n_cut` such sentences in all)."""
 
     hypotheses: list[list[Translation]]
-    truncated: list[int]
+    cut: list[int]
+    n_cut: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +57,8 @@ class Options:
     nbest: int  # hypotheses the search finds per sentence: all the beam's finishes under MBR, which chooses among them
     sampling: Sampling | None = None  # random sampling in place of the search (beam 1), or None
     tag: str = ""  # a tag (data.corpora's) put before every source: `translate --tag`; empty: none
+    split: str = "lines"  # "lines": a line is one sentence; "sentences": a paragraph (documents/sentences.py)
+    alignment: bool = False  # also each hypothesis's word links (Translation.alignment)
 
 
 LENGTH_PENALTIES = ("gnmt", "length", "none")
@@ -89,6 +100,8 @@ def options(
     temperature: float | None = None,
     seed: int | None = None,
     tag: str | None = None,
+    split: str = "lines",
+    alignment: bool = False,
 ) -> Options:
     """The call's options, checked: each given one against its decode.* setting's bounds (config/bounds.py, the
     message naming the keyword), 1 <= nbest <= beam, and a patience that lets the search find them all.
@@ -129,6 +142,8 @@ def options(
         nbest=searched,
         sampling=sampling,
         tag=tag or "",
+        split=check_split(split),
+        alignment=bool(alignment),
     )
 
 
@@ -150,17 +165,25 @@ def _sampling(
 def source_ids(
     tokenizer: Tokenizer, sentences: list[str], max_len: int, tag: str = ""
 ) -> tuple[list[list[int]], list[int]]:
+    """Sentences -> token ids (without EOS), the tag's id first when there is one, cut to the model's positions
+    (`cut_sources`), and the indices of those cut: how a scorer reads a given source (decoding cuts a long sentence
+    into parts instead, `decode_lines`)."""
+    return cut_sources(tagged_ids(tokenizer, sentences, tag), max_len)
+
+
+def tagged_ids(tokenizer: Tokenizer, sentences: list[str], tag: str = "") -> list[list[int]]:
     """Sentences -> token ids (without EOS), the tag's id first when there is one (as `prepare` puts a corpus's tag
-    before its sources), cut to the model's positions (`cut_sources`), and the indices of those cut. A tag that is
-    not one token of the vocabulary is refused."""
+    before its sources). A tag that is not one token of the vocabulary is refused."""
     ids = tokenizer.encode(sentences)
-    if tag:
-        try:
-            first = tokenizer.tag_id(tag)
-        except TokenizerError as err:
-            raise ConfigError(str(err)) from None
-        ids = [[first, *x] for x in ids]
-    return cut_sources(ids, max_len)
+    return [[tag_id(tokenizer, tag), *x] for x in ids] if tag else ids
+
+
+def tag_id(tokenizer: Tokenizer, tag: str) -> int:
+    """The tag's token id; a tag that is not one token of the vocabulary is refused (ConfigError)."""
+    try:
+        return tokenizer.tag_id(tag)
+    except TokenizerError as err:
+        raise ConfigError(str(err)) from None
 
 
 def cut_sources(token_ids: list[list[int]], max_len: int) -> tuple[list[list[int]], list[int]]:
@@ -171,26 +194,140 @@ def cut_sources(token_ids: list[list[int]], max_len: int) -> tuple[list[list[int
     return [ids[:limit] for ids in token_ids], cut
 
 
-def decode_lines(
-    sentences: list[str],
-    settings: Options,
-    *,
-    encode: Callable[[list[str]], tuple[list[list[int]], list[int]]],
-    groups: Callable[[list[list[int]]], list[list[int]]],
-    search: Callable[[list[list[int]], list[int]], list[list[Translation]]],
-    progress: bool = False,
-) -> Decoded:
-    """Decode raw `sentences` through an engine: `encode` gives the non-empty ones' token ids and which were cut
-    (`cut_sources`), `groups` the positions in those ids that go through one search call, `search` per source its
-    `settings.nbest` hypotheses, best first, given the sources and their line indices in `sentences` (which seed
-    sampling). Empty lines are never searched."""
-    sentences = check_sentences(sentences)
-    results: list[list[Translation]] = [[] for _ in sentences]
-    todo = [i for i, s in enumerate(sentences) if s.strip()]  # an empty line gets an empty translation
-    sources, cut = encode([sentences[i] for i in todo])
-    with tqdm(total=len(sentences), unit="sent", disable=not progress, file=sys.stderr, leave=False) as bar:
-        for members in groups(sources):
-            for j, hyps in zip(members, search([sources[j] for j in members], [todo[j] for j in members])):
-                results[todo[j]] = mbr_rerank(hyps, settings.mbr)[: settings.keep]
+@dataclass(frozen=True)
+class Engine:
+    """What `decode_lines` needs of a translation engine. `search(sources, lines)`: per source (token ids without
+    EOS) its hypotheses, best first; `lines` are the sources' indices in the call's units (they seed sampling).
+    `groups(sources)`: the positions in `sources` that go through one search call. `align(sources, tokens)`: per
+    (source, output tokens) pair, per output token the source position its alignment attention points at
+    (documents/words.hard_links), or None where the engine gives no alignments."""
+
+    tokenizer: Tokenizer
+    max_len: int  # the model's positions
+    language: str  # the source language: the sentence splitter's rules
+    search: Callable[[list[list[int]], list[int]], list[list[Translation]]]
+    groups: Callable[[list[list[int]]], list[list[int]]]
+    align: Callable[[list[list[int]], list[list[int]]], list[list[int]]] | None = None
+
+
+def decode_lines(lines: list[str], settings: Options, engine: Engine, *, progress: bool = False) -> Decoded:
+    """Decode raw `lines` through an engine. Each line becomes units (documents/sentences.py: the line, or its
+    sentences under settings.split "sentences"); a unit too long for the model's positions is cut into parts that
+    fit; the units are searched in the engine's groups, and each line's translation is its units' joined.
+    Empty lines are never searched and get no hypotheses."""
+    lines = check_sentences(lines)
+    tag = [tag_id(engine.tokenizer, settings.tag)] if settings.tag else []
+    units, sources, n_cut = _units(lines, settings, engine)
+    sources = [tag + ids for ids in sources]
+    per_line = Counter(u.line for u in units)
+    # sampling seeds each input by its index: a line's own when it is one unit (as before paragraphs), else one
+    # past the lines
+    seeds = [u.line if per_line[u.line] == 1 else len(lines) + j for j, u in enumerate(units)]
+    found: list[list[Translation]] = [[] for _ in units]
+    with tqdm(total=len(units), unit="sent", disable=not progress, file=sys.stderr, leave=False) as bar:
+        for members in engine.groups(sources):
+            batch = [sources[j] for j in members]
+            for j, hyps in zip(members, engine.search(batch, [seeds[j] for j in members])):
+                found[j] = mbr_rerank(hyps, settings.mbr)[: settings.keep]
+            if settings.alignment:
+                _align(engine, [sources[j] for j in members], [found[j] for j in members], bool(tag))
             bar.update(len(members))
-    return Decoded(results, [todo[j] for j in cut])
+    results: list[list[Translation]] = [[] for _ in lines]
+    by_line: dict[int, list[int]] = {}
+    for j, unit in enumerate(units):
+        by_line.setdefault(unit.line, []).append(j)
+    for i, members in by_line.items():
+        results[i] = _joined(lines[i], [units[j] for j in members], [found[j] for j in members], settings)
+    return Decoded(results, sorted({u.line for u in units if u.cut}), n_cut)
+
+
+def _units(lines: list[str], settings: Options, engine: Engine) -> tuple[list[paragraphs.Unit], list[list[int]], int]:
+    """The lines' units, those too long for the model cut into parts (`paragraphs.cut_spans`), their token ids
+    (no tag, no EOS), and how many units were cut."""
+    limit = engine.max_len - 2 - (1 if settings.tag else 0)  # ids + EOS <= max_len - 1, the tag one of them
+    encode = engine.tokenizer.encode
+    fits = lambda text: len(encode([text])[0]) <= limit
+    units = paragraphs.units(lines, settings.split, engine.language)
+    out, ids, n_cut = [], [], 0
+    for unit, unit_ids in zip(units, encode([u.text for u in units])):
+        if len(unit_ids) <= limit:
+            out.append(unit)
+            ids.append(unit_ids)
+            continue
+        n_cut += 1
+        parts = [
+            paragraphs.Unit(unit.line, unit.start + a, unit.start + b, unit.text[a:b], cut=True)
+            for a, b in paragraphs.cut_spans(unit.text, fits, engine.tokenizer.pieces)
+        ]
+        out += parts
+        ids += encode([p.text for p in parts])
+    return out, ids, n_cut
+
+
+def _align(engine: Engine, sources: list[list[int]], found: list[list[Translation]], tagged: bool) -> None:
+    """Each hypothesis's word links in its unit's own numbering (relocated into the line's by `_joined`); a tag
+    (`tagged`: the sources' first id) is no word."""
+    if engine.align is None:
+        raise ConfigError("this engine gives no word alignments")
+    pairs = [(ids, h) for ids, hyps in zip(sources, found) for h in hyps]
+    if not pairs:
+        return
+    pointed = engine.align([ids for ids, _ in pairs], [h.tokens for _, h in pairs])
+    piece = engine.tokenizer.id_to_piece
+    at = 0
+    for ids, hyps in zip(sources, found):
+        source_pieces = [piece(i) for i in ids[int(tagged) :]]
+        for h in hyps:
+            h.alignment = words.word_links(source_pieces, [piece(t) for t in h.tokens], pointed[at])
+            at += 1
+
+
+def _joined(
+    line: str, units: list[paragraphs.Unit], found: list[list[Translation]], settings: Options
+) -> list[Translation]:
+    """A line's hypotheses from its units': the k-th joins each unit's k-th (or its last, when a unit has fewer),
+    scores added, tokens one after the other, word links moved into the line's numbering."""
+    if len(units) == 1 and settings.split == "lines" and not settings.alignment:
+        return found[0]  # the common case: one line, one sentence, as decoded
+    out = []
+    spans = [(u.start, u.end) for u in units]
+    line_starts = words.word_starts(line)
+    for k in range(max(len(hyps) for hyps in found)):
+        picked = [hyps[min(k, len(hyps) - 1)] if hyps else None for hyps in found]
+        texts = [h.text if h else "" for h in picked]
+        text, offsets = paragraphs.join(line, spans, texts, settings.split)
+        links: list[tuple[int, int]] | None = None
+        if settings.alignment:
+            links, target_starts = [], words.word_starts(text)
+            for unit, h, offset in zip(units, picked, offsets):
+                if h is not None and h.alignment:
+                    src, tgt = (unit.text, unit.start, line_starts), (h.text, offset, target_starts)
+                    links += words.relocate(h.alignment, src, tgt)
+            links = sorted(set(links))
+        score = sum(h.score for h in picked if h)
+        tokens = [t for h in picked if h for t in h.tokens]
+        out.append(Translation(text, score, tokens, links))
+    return out
+
+
+def pair_links(
+    tokenizer: Tokenizer,
+    align: Callable[[list[list[int]], list[list[int]]], list[list[int]]],
+    pairs: tuple[list[str], list[str]],
+    *,
+    max_len: int,
+    tag: str = "",
+) -> list[list[tuple[int, int]]]:
+    """The word links of given (source, target) pairs (`score-pairs --alignment`), from the engine's `align` over
+    each pair read as the scorer reads it (source and target cut to the model's positions)."""
+    sources, targets = pairs
+    src_ids = source_ids(tokenizer, sources, max_len, tag)[0]
+    tgt_ids = [ids[: max_len - 2] for ids in tokenizer.encode_target(targets)]
+    piece = tokenizer.id_to_piece
+    out = []
+    for source, target, src, tgt, points in zip(sources, targets, src_ids, tgt_ids, align(src_ids, tgt_ids)):
+        links = words.word_links([piece(i) for i in src[1 if tag else 0 :]], [piece(t) for t in tgt], points)
+        out.append(
+            words.relocate(links, (source, 0, words.word_starts(source)), (target, 0, words.word_starts(target)))
+        )
+    return out

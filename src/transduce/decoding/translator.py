@@ -84,6 +84,7 @@ class Translator:
         *,
         decode: DecodeConfig | None = None,
         precision: str = "fp32",
+        language: str = "",
     ) -> None:
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, the model {model.config.vocab_size}")
@@ -97,6 +98,7 @@ class Translator:
         self.decode = decode or DecodeConfig()
         self.precision = precision  # "fp32" or "bf16": what decoding and scoring compute in (decoding_autocast)
         self._autocast = decoding_autocast(precision, self.device)
+        self.language = language  # the source language: split="sentences" splits by its rules ("": English's)
 
     @classmethod
     def from_run(cls, path: str | Path, *, device: str = "auto", precision: str = "fp32") -> Translator:
@@ -107,7 +109,8 @@ class Translator:
         model = Transformer(config.model)
         load_weights(model, weights)
         model.to(pick_device(device)).eval()
-        return cls(model, load_tokenizer(run_dir / "tokenizer.model"), decode=config.decode, precision=precision)
+        tokenizer = load_tokenizer(run_dir / "tokenizer.model")
+        return cls(model, tokenizer, decode=config.decode, precision=precision, language=config.data.src)
 
     @classmethod
     def from_runs(cls, paths: list[str | Path], *, device: str = "auto", precision: str = "fp32") -> Translator:
@@ -131,7 +134,9 @@ class Translator:
             if _languages(path) != languages:
                 raise ConfigError(f"{path}: translates {_languages(path)}, not {languages} like {paths[0]}")
             members.append(cast(Transformer, other.model))
-        return cls(Ensemble(members), first.tokenizer, decode=first.decode, precision=precision)
+        return cls(
+            Ensemble(members), first.tokenizer, decode=first.decode, precision=precision, language=first.language
+        )
 
     @property
     def device(self) -> torch.device:
@@ -199,13 +204,17 @@ class Translator:
         temperature: float | None = None,
         seed: int | None = None,
         tag: str | None = None,
+        split: str = "lines",
+        alignment: bool = False,
         progress: bool = False,
     ) -> Decoded:
-        """Per sentence, its `nbest` best translations, best first (an empty line gets an empty list), and which
-        sentences were cut to the model's positions. Options left None are the run's decode.* settings; with `mbr`
-        ("bleu"/"chrf") the beam's hypotheses are reordered by expected utility (decoding/front.py). A `sampling_topk`
-        other than 1 samples one translation per sentence (DecodeConfig.sampling_topk, search.sample_search). A `tag`
-        (one of data.corpora's, e.g. "<2de>") is put before every source."""
+        """Per line, its `nbest` best translations, best first (an empty line gets an empty list), and which lines
+        held a sentence too long for the model's positions (cut into parts, each translated). Options left None are
+        the run's decode.* settings; with `mbr` ("bleu"/"chrf") the beam's hypotheses are reordered by expected
+        utility (decoding/front.py). A `sampling_topk` other than 1 samples one translation per sentence
+        (DecodeConfig.sampling_topk, search.sample_search). A `tag` (one of data.corpora's, e.g. "<2de>") is put
+        before every source. `split` "sentences" takes each line as a paragraph (documents/sentences.py);
+        `alignment` also gives each translation's word links (Translation.alignment; model/alignment.py)."""
         settings = front.options(
             self.decode,
             beam=beam,
@@ -220,21 +229,64 @@ class Translator:
             temperature=temperature,
             seed=seed,
             tag=tag,
+            split=split,
+            alignment=alignment,
+        )
+        engine = front.Engine(
+            tokenizer=self.tokenizer,
+            max_len=self.model.config.max_len,
+            language=self.language,
+            search=lambda sources, lines: self._search(sources, lines, settings),
+            groups=lambda sources: self._batches(sources, settings.batch_tokens),
+            align=self.alignments,
         )
         was_training = self.model.training
         self.model.eval()
         try:
             with self._autocast():
-                return front.decode_lines(
-                    sentences,
-                    settings,
-                    encode=lambda lines: self._cut_sources(lines, settings.tag),
-                    groups=lambda sources: self._batches(sources, settings.batch_tokens),
-                    search=lambda sources, lines: self._search(sources, lines, settings),
-                    progress=progress,
+                return front.decode_lines(sentences, settings, engine, progress=progress)
+        finally:
+            self.model.train(was_training)
+
+    def pair_alignments(
+        self, sources: Sequence[str], targets: Sequence[str], *, tag: str = ""
+    ) -> list[list[tuple[int, int]]]:
+        """The word links of given (source, target) pairs (0-based source word - target word, words split at
+        whitespace), read from the alignment attention as `decode_lines(alignment=True)` reads a translation's."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with self._autocast():
+                pairs = (list(sources), list(targets))
+                return front.pair_links(
+                    self.tokenizer, self.alignments, pairs, max_len=self.model.config.max_len, tag=tag
                 )
         finally:
             self.model.train(was_training)
+
+    @torch.inference_mode()
+    def alignments(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[int]]:
+        """Per (source ids without EOS, target ids without EOS) pair, per target token the source position its
+        alignment attention (model/alignment.py) weighs most, end of sentence excluded: one teacher-forced pass,
+        which sees exactly the weights the search saw (the same arithmetic, the same prefixes). An ensemble's are
+        its first model's. A tag (the source's first id) is a position like any other: documents/words.py skips
+        it."""
+        from ..model.alignment import recording_alignment
+
+        model = cast(Transformer, self.model.members[0] if isinstance(self.model, Ensemble) else self.model)
+        eos, bos = self.tokenizer.special.eos, self.tokenizer.special.bos
+        out: list[list[int]] = [[] for _ in sources]
+        for batch in self._batches([[0] * max(len(s), len(t)) for s, t in zip(sources, targets)], 4096):
+            src = self._padded([sources[i] + [eos] for i in batch])  # (B, S)
+            tgt_in = self._padded([[bos] + targets[i] for i in batch])  # (B, T)
+            with recording_alignment(model) as weights:  # the decoder's states only: no output projection
+                model.decoder(tgt_in, model.encode(src), model.pad_mask(src))
+            for row, i in enumerate(batch):
+                shown = weights[0][row, : len(targets[i]), : len(sources[i])]  # (T_i, S_i): EOS and padding cut
+                out[i] = shown.argmax(dim=-1).tolist() if len(sources[i]) else [0] * len(targets[i])
+        return out
 
     def _search(self, sources: list[list[int]], lines: list[int], settings: front.Options) -> list[list[Translation]]:
         """One batch through greedy, sampling or beam search: per source its `settings.nbest` hypotheses, best

@@ -66,7 +66,7 @@ from ..decoding import front
 from ..decoding.front import Decoded, Translation
 from ..decoding.search import Sampling, length_penalty
 from ..decoding.translator import PairScore
-from ..model import Transformer
+from ..model import Transformer, alignment
 from ..outputs import CT2_EXPORT, MANIFEST, atomic_folder, check_replaceable, read_manifest
 from ..training.checkpoint import find_weights, load_weights, read_run_config
 
@@ -206,7 +206,12 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
             config.encoder_layers, config.n_heads, pre_norm=config.norm_first, activation=activation
         ),
         specs.TransformerDecoderSpec(
-            config.decoder_layers, config.n_heads, pre_norm=config.norm_first, activation=activation
+            config.decoder_layers,
+            config.n_heads,
+            pre_norm=config.norm_first,
+            activation=activation,
+            alignment_layer=alignment.layer_index(config),  # return_attention gives translate --alignment's weights
+            alignment_heads=alignment.head_count(config),
         ),
     )
     _set_encoder(spec.encoder, model.encoder)
@@ -413,6 +418,8 @@ class CTranslate2Translator:
         temperature: float | None = None,
         seed: int | None = None,
         tag: str | None = None,
+        split: str = "lines",
+        alignment: bool = False,
         progress: bool = False,
     ) -> Decoded:
         """`Translator.decode_lines` (decoding/front.py) on the engine; its patience is this translator's.
@@ -432,6 +439,8 @@ class CTranslate2Translator:
             temperature=temperature,
             seed=seed,
             tag=tag,
+            split=split,
+            alignment=alignment,
         )
         if settings.sampling is not None:
             _ctranslate2().set_random_seed(settings.sampling.seed)
@@ -448,14 +457,32 @@ class CTranslate2Translator:
             longest = max(len(ids) for ids in sources)
             return self._decode(sources, self.max_output(longest), settings.batch_tokens, search)
 
-        return front.decode_lines(
-            sentences,
-            settings,
-            encode=lambda lines: self._cut_sources(lines, settings.tag),
-            groups=self._calls,
-            search=decode,
-            progress=progress,
+        language = self.manifest.get("languages", {}).get("source", "")
+        engine = front.Engine(self.tokenizer, self.max_len, language, decode, self._calls, self.alignments)
+        return front.decode_lines(sentences, settings, engine, progress=progress)
+
+    def pair_alignments(self, sources: list[str], targets: list[str], *, tag: str = "") -> list[list[tuple[int, int]]]:
+        """`Translator.pair_alignments` on the engine."""
+        return front.pair_links(self.tokenizer, self.alignments, (sources, targets), max_len=self.max_len, tag=tag)
+
+    def alignments(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[int]]:
+        """`Translator.alignments` through the engine's `return_attention` (the export's decoder has the run's
+        alignment layer and heads): each target forced as the prefix of a one-step search."""
+        if "alignment_layer" not in self.manifest["model"]:
+            raise ExportError("this export predates word alignments (its alignment heads are unknown): export again")
+        results = self.engine.translate_batch(
+            [[self.pieces[i] for i in ids] for ids in sources],
+            target_prefix=[[self.pieces[i] for i in ids] for ids in targets],
+            max_decoding_length=max(map(len, targets), default=0) + 1,
+            beam_size=1,
+            return_attention=True,
+            max_input_length=0,
         )
+        out = []
+        for ids, target, result in zip(sources, targets, results):
+            weights = torch.tensor(result.attention[0], dtype=torch.float32)  # (T', S): a row per output token
+            out.append(weights[: len(target), : len(ids)].argmax(dim=-1).tolist() if ids else [0] * len(target))
+        return out
 
     def _calls(self, sources: list[list[int]]) -> list[list[int]]:
         """Positions in `sources` per engine call: all in one (the default), or one call per source length, longest

@@ -20,7 +20,10 @@ from ..config import ModelConfig
 
 
 def layer_index(config: ModelConfig) -> int:
-    """model.alignment_layer as an index from 0 (a negative setting counts from the last layer)."""
+    """model.alignment_layer as an index from 0: a negative setting counts from the last layer; None is the
+    penultimate layer (Garg et al. 2019's choice), the only one of a one-layer decoder."""
+    if config.alignment_layer is None:
+        return max(config.decoder_layers - 2, 0)
     return config.alignment_layer % config.decoder_layers
 
 

@@ -106,8 +106,8 @@ def _adopt_data(
 
 
 def _corpora(options: dict) -> list[tuple]:
-    """data.corpora's weights and tags as a summary or a config holds them, comparable."""
-    return [(c.get("weight", 1.0), c.get("tag", "")) for c in options.get("corpora", ())]
+    """data.corpora's weights, tags and align files as a summary or a config holds them, comparable."""
+    return [(c.get("weight", 1.0), c.get("tag", ""), c.get("align", "")) for c in options.get("corpora", ())]
 
 
 def _holds(folder: Path, recipe: DataConfig, tokenizer: Tokenizer) -> bool:

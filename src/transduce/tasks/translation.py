@@ -17,14 +17,17 @@ import torch
 
 from ..config import Config, ConfigError, DataConfig, build_section, read_config, save_config
 from ..data import Batch, DataError, ParallelCorpus, Prepared, TokenArrays, collate, prepare
+from ..data.alignments import batch_targets, word_starts
 from ..data.batching import corpus_draw, epoch_batches, make_batches
 from ..data.prepared import open_prepared
 from ..data.training_text import TEXT_COPY, TrainingText, corpus_bounds, corpus_weights, training_corpora
 from ..decoding.translator import Translator
 from ..metrics import score
 from ..model import Transformer
+from ..model.alignment import recording_alignment
 from ..outputs import atomic_folder, atomic_write_text, read_manifest, remove_leftovers, remove_own_folder
 from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
+from ..training.guided import AlignmentWindow, guided_alignment_loss
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
 from .finetune import fine_tune_config
@@ -214,6 +217,7 @@ class TranslationTask(SequenceTask):
 
     name: ClassVar[str] = "translation"
     fine_tunes: ClassVar[bool] = True  # train.init_from applies (tasks/finetune.py)
+    guides_alignment: ClassVar[bool] = True  # train.guided_alignment applies (training/guided.py)
     metrics: ClassVar[dict[str, tuple[str, bool]]] = {"loss": ("valid_loss", False), "bleu": ("valid_bleu", True)}
 
     def __init__(self, config: Config, data: Prepared) -> None:
@@ -224,6 +228,17 @@ class TranslationTask(SequenceTask):
         self.description = f"{len(self.corpus):,} training pairs"
         self._text: TrainingText | None = None  # the training text, read batch by batch for subword sampling
         self._epoch = (config.train.seed, 0)
+        self.links = data.links.get("train")  # each training pair's word links (data.corpora's align), or None
+        self.align_window = AlignmentWindow()  # the guided alignment loss since the last log line
+        if self.links is not None and config.train.guided_alignment:
+            linked = data.summary["splits"]["train"]["links"]["linked"]
+            self.description += f" ({linked:,} with word links: guided alignment {config.train.guided_alignment:g})"
+
+    def check(self) -> None:
+        """SequenceTask's checks, and train.guided_alignment's links: some training corpus must have them."""
+        super().check()
+        if self.links is None:
+            check_links(self.config, linked=False)
 
     def batches(self, *, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
         """The epoch's batches, cut from the prepared lengths of the epoch's pairs (data.corpora: each corpus's
@@ -236,15 +251,58 @@ class TranslationTask(SequenceTask):
         """A padded batch; under train.subword_sampling the batch's pairs drawn anew, sorted by their sampled lengths
         and cut again into batches of at most train.max_tokens padded tokens per side (a draw lengthens pairs
         unevenly: uncut, the batch would be padded to its longest draw, about twice the tokens on Multi30k)."""
-        if self.config.train.subword_sampling <= 0:
-            return super().collate(indices)
+        tc, limit = self.config.train, self.config.model.max_len
+        if tc.subword_sampling <= 0:
+            batch = self.collate_pairs(self.corpus, indices, pad_multiple=tc.pad_multiple, limit=limit)
+            return self._linked(batch, self.corpus, indices, indices)
         pairs = self.sampled_pairs(indices, *self._epoch)
-        tc = self.config.train
         parts = make_batches(
             pairs.src_lengths, pairs.tgt_lengths, max_tokens=tc.max_tokens, seed=0, epoch=0, shuffle=False
         )
-        limit = self.config.model.max_len
-        return [self.collate_pairs(pairs, part, pad_multiple=tc.pad_multiple, limit=limit) for part in parts]
+        return [
+            self._linked(self.collate_pairs(pairs, part, pad_multiple=tc.pad_multiple, limit=limit), pairs, part,
+                         indices[part])
+            for part in parts
+        ]  # fmt: skip
+
+    def _linked(self, batch: Batch, corpus: ParallelCorpus, rows: np.ndarray, pairs: np.ndarray) -> Batch:
+        """The batch with guided alignment's targets (train.guided_alignment): its `rows` of `corpus` are the
+        training pairs `pairs`, whose word links are mapped to the rows' pieces (a draw of train.subword_sampling
+        has other pieces, the same words)."""
+        if self.links is None or not self.config.train.guided_alignment:
+            return batch
+        links = self.links
+        rows_links = [(links[p], corpus.src[r], corpus.tgt[r]) for r, p in zip(rows, pairs)]
+        width = (batch.tgt_in.shape[1], batch.src.shape[1])  # (T, S)
+        index, prob, aligned = batch_targets(rows_links, self._word_starts, width)
+        if not aligned:  # no pair of the batch has links: it trains as without guidance (fused attention)
+            return batch
+        return dataclasses.replace(
+            batch, align_index=torch.from_numpy(index), align_prob=torch.from_numpy(prob), n_aligned=aligned
+        )
+
+    @functools.cached_property
+    def _word_starts(self) -> np.ndarray:
+        """(V,) whether each piece starts a word: how links on words reach pieces (data/alignments.py)."""
+        return word_starts(self.data.tokenizer)
+
+    def loss(
+        self, net, batch: Batch, autocast: Callable[[], AbstractContextManager]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The label-smoothed loss and nll; with guided alignment's targets in the batch, plus train.guided_alignment
+        x the alignment loss (training/guided.py), both summed over the batch's target tokens."""
+        if batch.align_index is None or batch.align_prob is None:
+            return super().loss(net, batch, autocast)
+        with recording_alignment(getattr(net, "module", net)) as weights:  # under DDP the model is its module
+            loss, nll = super().loss(net, batch, autocast)
+        align = guided_alignment_loss(weights[-1], batch.align_index, batch.align_prob)  # weights[-1]: (B, T, S)
+        self.align_window.add(align, batch.n_aligned)
+        return loss + self.config.train.guided_alignment * align, nll
+
+    def log_extras(self) -> dict[str, float]:
+        """What the training log lines add (training/progress.py): the alignment loss per target position with
+        links since the last line, under guided alignment."""
+        return self.align_window.take()
 
     def sampled_pairs(self, indices: np.ndarray, seed: int, epoch: int) -> ParallelCorpus:
         """The pairs `indices` with both sides segmented at random (train.subword_sampling: BPE-dropout, or unigram
@@ -302,6 +360,8 @@ class TranslationTask(SequenceTask):
         if config.data.prepared:  # a folder made by `transduce prepare`: read, never written
             data, config = from_prepared(config, run_dir, frozen=frozen, main=main, log=log)
         else:
+            # before anything is prepared: the recipe says whether a corpus has links (a folder's, `check`)
+            check_links(config, linked=any(c.align for c in config.data.corpora))
             if frozen:
                 same_run(read_config(config_path, Config), config)
             if main:
@@ -351,6 +411,16 @@ class TranslationTask(SequenceTask):
 
     def predictor(self, model: Transformer) -> Translator:
         return Translator(model, self.data.tokenizer, decode=self.config.decode)
+
+
+def check_links(config: Config, *, linked: bool) -> None:
+    """train.guided_alignment needs word links: some training corpus must have an align file (`linked`)."""
+    weight = config.train.guided_alignment
+    if weight and not linked:
+        raise ConfigError(
+            f"train.guided_alignment is {weight:g} but no training corpus has word links: give one of "
+            'data.corpora an align file (align = "F.align"; `transduce align` writes one)'
+        )
 
 
 PREPARED_RECORD = "prepared-data.json"  # RUN/prepared-data.json: the data.prepared folder a run trains on, and its key

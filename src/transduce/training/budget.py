@@ -3,34 +3,15 @@ train.lr_clock decays the learning rate by), and the forecast of where the budge
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from typing import TYPE_CHECKING
 
 from .distributed import broadcast_value
 from .optim import FORECAST_AFTER, forecast
 from .progress import save, validate
-
-if TYPE_CHECKING:
-    from .loop import Session
+from .session import RunContext
 
 
-@dataclasses.dataclass(kw_only=True)
-class TimeBudget:
-    start_elapsed: float  # training seconds before this session (the restored state's), so resumes add up
-    target: int  # the update the run ends at if no time limit or early stop comes first (the bar's and forecast's)
-    started: float = dataclasses.field(default_factory=time.perf_counter)
-    clock: float = 0.0  # rank 0's elapsed seconds after the last update (the same on every rank): train.lr_clock's
-    forecast_from: tuple[int, float] | None = None  # (step, time) after the session's first update
-
-    def __post_init__(self) -> None:
-        self.clock = self.start_elapsed
-
-    def elapsed(self) -> float:
-        return self.start_elapsed + time.perf_counter() - self.started
-
-
-def check_time_limit(run: Session, *, last: bool) -> None:
+def check_time_limit(run: RunContext, *, last: bool) -> None:
     """Past train.max_minutes (rank 0's clock decides, for every rank): validate and save the final weights, unless
     this step already did. With train.lr_clock, the clock decay starts when the warm-up ends."""
     state, tc, budget = run.state, run.tc, run.budget
@@ -48,7 +29,7 @@ def check_time_limit(run: Session, *, last: bool) -> None:
         save(run, "time limit")
 
 
-def log_forecast(run: Session) -> None:
+def log_forecast(run: RunContext) -> None:
     """FORECAST_AFTER updates into the session, say where the time budget ends the run against the schedule (a
     warning when it cuts it). Timed from the end of the first update, so its warm-up does not count."""
     budget, now, step = run.budget, time.perf_counter(), run.state.step

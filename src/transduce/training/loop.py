@@ -2,7 +2,8 @@
 
 `run_training` is the loop, nanoGPT's train.py in shape: for each update, the batch -> the loss and its backward ->
 the optimizer step (`Session.update`), then the log line, validation, the checkpoint and the stop checks as they fall
-due (progress.py, budget.py). `Session` holds what those steps share: the model, the optimizer, the `TrainerState`.
+due (progress.py, budget.py). What those steps share (the model, the optimizer, the `TrainerState`) is a
+`RunContext` (session.py); `Session` adds how a session starts and makes an update.
 
 One process per device; several go through torchrun and DDP (rank 0 logs and saves). Each optimizer update takes
 `accumulate` micro-batches per rank; the gradient all-reduce runs only on the last one (DDP's no_sync). The loss is
@@ -18,7 +19,6 @@ task a config trains is picked above this package (tasks.train).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 import sys
 import threading
@@ -36,14 +36,15 @@ from ..data.batching import update_groups
 from ..device import device_memory
 from ..model import cpu_speed
 from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_if_bare
-from .budget import TimeBudget, check_time_limit, log_forecast
+from .budget import check_time_limit, log_forecast
 from .checkpoint import average_run, checkpoint_dirs, load_checkpoint
 from .distributed import Ranks, all_ranks_sum, broadcast_value, rank_seed, setup_distributed
 from .init_from import load_initial
 from .optim import build_optimizer, learning_rate
 from .precision import autocast_for, check_precision, needs_trial, resolve_cpu_auto, time_modes
-from .progress import TrainingError, log_window, new_window, save, validate
+from .progress import TrainingError, log_window, save, validate
 from .runlog import RunLog
+from .session import RunContext, TimeBudget, new_window
 from .state import TrainerState
 from .task import Task
 
@@ -142,6 +143,8 @@ def check_task_settings(task: type[Task] | Task, tc: TrainConfig) -> None:
         raise ConfigError(f"train.subtree_substitution applies to parsing runs, not to {task.name}")
     if tc.init_from and not getattr(task, "fine_tunes", False):
         raise ConfigError(f"train.init_from applies to translation runs, not to {task.name}")
+    if tc.guided_alignment and not getattr(task, "guides_alignment", False):
+        raise ConfigError(f"train.guided_alignment applies to translation runs, not to {task.name}")
 
 
 def run_training(
@@ -281,26 +284,8 @@ def _ctrl_c():
         signal.signal(signal.SIGINT, previous)
 
 
-@dataclasses.dataclass(kw_only=True)
-class Session:
-    """What the loop's steps share (one plain class, not a trainer hierarchy): the run's context, the model as built
-    and as trained, the optimizer, the state a checkpoint holds, the log window and the time budget."""
-
-    task: Task
-    tc: TrainConfig
-    run_dir: Path
-    ranks: Ranks
-    device: torch.device
-    runlog: RunLog
-    model: torch.nn.Module
-    net: torch.nn.Module  # the model as trained: under DDP and torch.compile when they apply
-    autocast: Any  # the run's precision (precision.py), for the task's loss
-    optimizer: torch.optim.Optimizer
-    state: TrainerState
-    budget: TimeBudget
-    window: dict = dataclasses.field(default_factory=dict)  # progress.new_window: the sums since the last log line
-    recent_losses: list[tuple[int, torch.Tensor]] = dataclasses.field(default_factory=list)  # since the NaN check
-    consecutive_oom: int = 0
+class Session(RunContext):
+    """The run's shared parts (session.py's RunContext) with how a session starts and how it makes one update."""
 
     @classmethod
     def start(
@@ -385,18 +370,6 @@ class Session:
         )
         if self.consecutive_oom >= 3:
             raise TrainingError("out of GPU memory on 3 updates in a row; lower train.max_tokens")
-
-    def elapsed(self) -> float:
-        """Training seconds across resumes (train.max_minutes, the log)."""
-        return self.budget.elapsed()
-
-    @property
-    def d_model(self) -> int:
-        """The model width in the learning-rate schedule (Eq. 3); every task's model carries its ModelConfig."""
-        config = getattr(self.model, "config", None)
-        if config is None:
-            raise ConfigError(f"{type(self.model).__name__} has no ModelConfig (.config): the schedule needs d_model")
-        return int(config.d_model)
 
 
 def _restore(

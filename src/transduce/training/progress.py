@@ -1,8 +1,9 @@
 """The loop's steps after an update, each one job: the log line (`log_window`), the NaN/inf check (`check_finite`),
 validation with the best weights and early stopping (`validate`), the checkpoint (`save`).
 
-Each reads and writes the `Session` (loop.py) that the loop passes; rank 0 logs, validates and saves, the other ranks
-take part in the collective calls (rank 0's early-stop decision, the RNG states a checkpoint holds).
+Each reads and writes the `RunContext` (session.py) that the loop passes; rank 0 logs, validates and saves, the other
+ranks take part in the collective calls (rank 0's early-stop decision, the RNG states a checkpoint holds). A task may
+add figures of its own to the log lines (`log_extras`: translation's guided alignment loss).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
@@ -18,31 +18,14 @@ from tqdm import tqdm
 from ..config import ConfigError
 from .checkpoint import checkpoint_dirs, save_checkpoint, save_weights
 from .distributed import broadcast_flag, gather_rng
-
-if TYPE_CHECKING:
-    from .loop import Session
+from .session import RunContext, new_window
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (diverged, repeated out-of-memory); the message says why and what was kept."""
 
 
-def new_window(device: torch.device) -> dict:
-    """The sums of a log window (the updates since the last log line); the losses stay on `device` (no host sync
-    per update: they are read once, when the window is logged)."""
-    zero = torch.zeros((), device=device)
-    return {
-        "loss": zero,
-        "nll": zero.clone(),
-        "tokens": 0,
-        "real": 0,
-        "padded": 0,
-        "lr": 0.0,
-        "time": time.perf_counter(),
-    }
-
-
-def log_window(run: Session, bar: tqdm) -> None:
+def log_window(run: RunContext, bar: tqdm) -> None:
     """One record in metrics.jsonl and train.log for the window since the last one, the bar's figures; a new window."""
     check_finite(run)
     w, now, unit = run.window, time.perf_counter(), run.task.unit
@@ -61,10 +44,15 @@ def log_window(run: Session, bar: tqdm) -> None:
         "elapsed": run.elapsed(),
     }
     record["ppl"] = math.exp(min(record["nll"], 50.0))
+    extras: dict[str, float] = getattr(
+        run.task, "log_extras", dict
+    )()  # a task's own figures (translation: the alignment loss)
+    record.update(extras)
     run.runlog.metrics(record)
     run.runlog.text(
-        f"step {record['step']}: loss {record['loss']:.4f}, nll {record['nll']:.4f}, lr "
-        f"{record['lr']:.3e}, {record['tokens_per_s']:,.0f} {unit}/s, padding efficiency "
+        f"step {record['step']}: loss {record['loss']:.4f}, nll {record['nll']:.4f}, "
+        + "".join(f"{name.replace('_', ' ')} {value:.4f}, " for name, value in extras.items())
+        + f"lr {record['lr']:.3e}, {record['tokens_per_s']:,.0f} {unit}/s, padding efficiency "
         f"{record['padding_efficiency']:.3f}",
         echo=False,
     )  # the bar shows it live
@@ -77,7 +65,7 @@ def log_window(run: Session, bar: tqdm) -> None:
     run.window = new_window(run.device)
 
 
-def check_finite(run: Session, *, saving: bool = False) -> None:
+def check_finite(run: RunContext, *, saving: bool = False) -> None:
     """NaN/inf in any loss since the last check stops training (one host sync for the whole window); before
     anything is saved (a checkpoint, the best weights), the weights themselves are checked too: an update can
     make them NaN with a finite loss (a learning rate of 1e30), and NaN weights are never saved."""
@@ -96,7 +84,7 @@ def check_finite(run: Session, *, saving: bool = False) -> None:
         )
 
 
-def validate(run: Session) -> None:
+def validate(run: RunContext) -> None:
     """Validate (rank 0), keep the best weights, count validations without improvement; stop on patience."""
     state, tc = run.state, run.tc
     stop = False
@@ -132,7 +120,7 @@ def validate(run: Session) -> None:
         state.stopped = "early_stop"
 
 
-def save(run: Session, reason: str, *, collective: bool = True) -> None:
+def save(run: RunContext, reason: str, *, collective: bool = True) -> None:
     """A checkpoint of the weights, Adam's moments, every rank's RNG state and the trainer state (rank 0 writes).
     `collective=False` where other ranks may be gone (a Ctrl-C): no collective call, rank 0's RNG only."""
     check_finite(run, saving=True)
