@@ -126,6 +126,21 @@ def test_translate_and_draw_the_attention_heatmap(chromium_browser, translator, 
     assert (tmp_path / "page.png").stat().st_size > 10_000
 
 
+def test_a_document_is_translated_whole_with_its_markup(chromium_browser, translator):
+    """Issue 73: the page's Input choice sends the text box as one HTML document; the answer keeps its tags."""
+    html = "<p>red <b>dog</b> near the house</p>"
+    with serving(create_app(translator)) as url:
+        page = open_page(chromium_browser, url)
+        page.get_by_label("Input").select_option("html")
+        page.get_by_label("Text to translate").fill(html)
+        page.get_by_role("button", name="Translate").click()
+        page.wait_for_selector("#document-out:not([hidden])", timeout=10_000)
+        shown = page.locator("#document-out").text_content()
+        assert shown.startswith("<p>") and shown.count("<b>") == 1 and shown.endswith("</p>")
+        assert page.locator("#translations li").count() == 0
+        page.close()
+
+
 def test_errors_are_shown_on_the_page(chromium_browser, translator):
     with serving(create_app(translator)) as url:
         page = open_page(chromium_browser, url)

@@ -103,3 +103,22 @@ def test_sampling_draws_do_not_depend_on_the_split_for_one_sentence_lines(traine
     lines.insert(2, "")
     drawn = translator.translate(lines, sampling_topk=0, seed=7, split=split)
     assert drawn == translator.translate(lines, sampling_topk=0, seed=7)  # each line seeded by its own index
+
+
+def test_translate_document_keeps_each_formats_layout(trained_run):
+    from transduce import ConfigError
+    from transduce.decoding.translator import Translator
+
+    run, corpus = trained_run
+    translator = Translator.from_run(run)
+    first, second = _sentences(corpus, 2)
+    text = f"{first}  {second}\n\n{first}\n"
+    out = translator.translate_document(text, "text", beam=2)
+    alone = translator.translate([first, second], beam=2)
+    assert out == f"{alone[0]}  {alone[1]}\n\n{alone[0]}\n"
+    srt = f"1\n00:00:01,000 --> 00:00:02,000\n{first}\n\n2\n00:00:03,000 --> 00:00:04,500\n{second}\n"
+    done = translator.translate_document(srt, "srt", beam=2).split("\n")
+    assert done[:2] == ["1", "00:00:01,000 --> 00:00:02,000"] and done[4:6] == ["2", "00:00:03,000 --> 00:00:04,500"]
+    assert done[2] == alone[0] and done[6] == alone[1]
+    with pytest.raises(ConfigError, match="nbest"):
+        translator.translate_document(srt, "srt", nbest=2)

@@ -755,3 +755,25 @@ def test_serve_threads_sets_the_models_threads_and_refuses_a_negative_count(trai
         with pytest.raises(ConfigError, match=f"--threads must be 0 .* to {max_threads()} .*got {threads}"):
             load_predictor(trained_run[0], engine="torch", device="cpu", threads=threads)
     assert torch.get_num_threads() == before
+
+
+# ---------------------------------------------------------------------------------------------------- documents
+def test_translate_splits_paragraphs_by_default_and_gives_links(client, translator):
+    """Issue 73: the server takes each text as a paragraph (split "sentences" by default), answers word links on
+    request, and translates a document of another format whole."""
+    paragraph = "Red dog near the house. The cat sees over."
+    got = client.post("/v1/translate", json={"text": [paragraph], "beam": 2}).json()["translations"][0]
+    assert got["text"] == translator.translate(paragraph, split="sentences", beam=2)
+    as_line = client.post("/v1/translate", json={"text": [paragraph], "beam": 2, "split": "lines"}).json()
+    assert as_line["translations"][0]["text"] == translator.translate(paragraph, beam=2)
+    linked = client.post("/v1/translate", json={"text": ["red dog near"], "beam": 2, "alignment": True}).json()
+    out = linked["translations"][0]
+    assert out["alignment"] and all(0 <= i < 3 and 0 <= j < len(out["text"].split()) for i, j in out["alignment"])
+    html = "<p>red <b>dog</b> near <code>x  y</code></p>"
+    doc = client.post("/v1/translate", json={"text": [html], "beam": 2, "format": "html"}).json()
+    text = doc["translations"][0]["text"]
+    assert text.count("<b>") == 1 and "<code>x  y</code>" in text and text.startswith("<p>")
+    bad = client.post("/v1/translate", json={"text": ["<a><b></a>"], "format": "xml"})
+    assert "text 0:1" in error_of(bad, 422)["message"]
+    refused = client.post("/v1/translate", json={"text": [html], "format": "html", "alignment": True})
+    assert error_of(refused, 422)["code"] == "invalid_request"

@@ -7,6 +7,9 @@ The public Python API:
     translator = Translator.from_run("runs/m30k")           # a run directory, or a weights file inside one
     translator.translate(["A dog runs."])                   # -> ["Ein Hund rennt."]
     translator.translate_nbest(["A dog runs."], nbest=4)    # -> [[Translation(text, score, tokens), ...]]
+    translator.translate(["A dog runs. It barks."], split="sentences")   # a paragraph, split into sentences
+    translator.translate_nbest(["A dog runs."], alignment=True)[0][0].alignment   # -> [(0, 0), (1, 1), ...]
+    translator.translate_document("<p>A <b>dog</b> runs.</p>", "html")   # also "xml", "srt", "vtt", "text"
     Classifier.from_run("runs/imdb").predict(["A fine film."])
     Parser.from_run("runs/gum").parse(["The dog barks ."])  # -> ["(ROOT (S (NP (DT The) (NN dog)) ...))"]
     train(load_config("multi30k", ["train.max_steps=2000"]), "runs/m30k")   # or train("multi30k", "runs/m30k")

@@ -325,6 +325,14 @@ class Translator:
             return self.translate([sentences], **kwargs)[0]
         return [hyps[0].text if hyps else "" for hyps in self.decode_lines(sentences, **kwargs).hypotheses]
 
+    def translate_document(self, text: str, format: str = "text", **kwargs: Any) -> str:
+        """A whole document translated, its layout kept: "text" (a paragraph a line), "html" or "xml" (markup kept,
+        inline tags moved with their aligned words), "srt" or "vtt" (cue numbers and timings kept); `kwargs` are
+        decode_lines' (beam, alpha, tag, split, ...). See decoding/documents.py."""
+        from .documents import translate_document
+
+        return translate_document(self, text, format, **kwargs).text
+
     def score(
         self,
         sources: Sequence[str],

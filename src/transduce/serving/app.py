@@ -15,6 +15,7 @@ function, and the registry line naming it (the parser was added that way).
 from __future__ import annotations
 
 import errno
+import functools
 import sys
 from collections.abc import Callable, Mapping
 from contextlib import asynccontextmanager
@@ -44,6 +45,7 @@ from .messages import (
 )
 from .service import (
     ApiError,
+    DecodeOptions,
     Limits,
     Service,
     classification_batch,
@@ -65,9 +67,12 @@ def _respond(error: ApiError) -> JSONResponse:
 # ---------------------------------------------------------------------------------------------------- translation
 def _translation_out(hypotheses: list, nbest: int) -> TranslationOut:
     if not hypotheses:  # an empty input line
-        return TranslationOut(text="", score=0.0, nbest=[] if nbest > 1 else None)
-    listed = [Hypothesis(text=h.text, score=float(h.score)) for h in hypotheses] if nbest > 1 else None
-    return TranslationOut(text=hypotheses[0].text, score=float(hypotheses[0].score), nbest=listed)
+        return TranslationOut(text="", score=0.0, alignment=None, nbest=[] if nbest > 1 else None)
+    listed = [Hypothesis(text=h.text, score=float(h.score), alignment=h.alignment) for h in hypotheses]
+    best = hypotheses[0]
+    return TranslationOut(
+        text=best.text, score=float(best.score), alignment=best.alignment, nbest=listed if nbest > 1 else None
+    )
 
 
 def translation_routes(service: Service) -> APIRouter:
@@ -77,10 +82,24 @@ def translation_routes(service: Service) -> APIRouter:
     async def translate(request: TranslateRequest) -> TranslateResponse:
         """Translate raw sentences; the answer keeps input order. Concurrent requests are decoded together."""
         sampling = (request.sampling_topk, request.sampling_topp, request.temperature, request.seed)
+        if request.format != "text" and (request.alignment or request.nbest > 1):
+            raise ApiError(422, "invalid_request", f"format {request.format} gives one document: no nbest or alignment")
         options = decode_options(
-            service, request.beam, request.alpha, request.nbest, sampling=sampling, tag=request.tag
+            service,
+            request.beam,
+            request.alpha,
+            request.nbest,
+            sampling=sampling,
+            tag=request.tag,
+            split=request.split,
+            alignment=request.alignment,
         )
         service.check_texts(request.text)
+        if request.format != "text":
+            documents = await service.within_timeout(_documents(service, request.text, request.format, options))
+            return TranslateResponse(
+                translations=[TranslationOut(text=d, score=0.0, alignment=None, nbest=None) for d in documents]
+            )
         results = await service.within_timeout(service.batcher.submit(request.text, options))
         return TranslateResponse(translations=[_translation_out(h, options.nbest) for h in results])
 
@@ -93,6 +112,25 @@ def translation_routes(service: Service) -> APIRouter:
             return await service.within_timeout(_attention(service, request, _best_translation))
 
     return router
+
+
+async def _documents(service: Service, texts: list[str], fmt: str, options: DecodeOptions) -> list[str]:
+    """Each text translated as a document of `fmt` on the model thread (decoding/documents.py); a document that
+    cannot be read (malformed XML, a broken subtitle timing) is a 422 naming its index and line."""
+    from ..config import ConfigError
+    from ..data import DataError
+    from ..decoding.documents import translate_document
+
+    keywords = {"beam": options.beam, "alpha": options.alpha, **options.decoding(), "alignment": False}
+    out = []
+    for i, text in enumerate(texts):
+        try:
+            work = functools.partial(translate_document, service.predictor, text, fmt, name=f"text {i}", **keywords)
+            document = await service.batcher.call(work)
+        except (DataError, ConfigError) as err:
+            raise ApiError(422, "invalid_document", str(err), index=i) from None
+        out.append(document.text)
+    return out
 
 
 def _best_translation(hypotheses: list) -> str:

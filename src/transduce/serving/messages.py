@@ -4,6 +4,8 @@ are what the routes answer."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -35,11 +37,31 @@ class TranslateRequest(_Strict):
     tag: str | None = Field(
         None, max_length=32, description="A tag of the model's corpora (e.g. '<2de>') put before every source."
     )
+    split: Literal["sentences", "lines"] = Field(
+        "sentences",
+        description="sentences: each text is a paragraph, split into sentences by the source language's rules and "
+        "rejoined with its spacing; lines: each text is one sentence (as a test set). A sentence too long for the "
+        "model is cut into parts either way, never truncated.",
+    )
+    format: Literal["text", "html", "xml", "srt", "vtt"] = Field(
+        "text",
+        description="text: plain paragraphs; html or xml: each text a document whose markup is kept (inline tags "
+        "moved with their aligned words); srt or vtt: each text a subtitle file (cue numbers and timings kept).",
+    )
+    alignment: bool = Field(
+        False,
+        description="Also each translation's word alignment: [source word, target word] pairs, 0-based, words split "
+        "at whitespace (format text only).",
+    )
 
 
 class Hypothesis(BaseModel):
     text: str
     score: float = Field(description="log P(Y | X) divided by the length penalty (what the search ranks by).")
+    alignment: list[tuple[int, int]] | None = Field(
+        default=None,
+        description="With alignment: [source word, target word] links, 0-based over whitespace-split words.",
+    )
 
 
 class TranslationOut(Hypothesis):

@@ -93,6 +93,8 @@ class DecodeOptions:
     sampling: tuple[int | None, float | None, float | None, int | None] = (None, None, None, None)
     tag: str | None = None
     alone: int = 0
+    split: str = "sentences"  # paragraphs (documents/sentences.py), the server's default; "lines": one sentence each
+    alignment: bool = False
 
     def shown(self) -> dict[str, Any]:
         """What /v1/info reports of the defaults: beam, alpha and nbest."""
@@ -102,7 +104,8 @@ class DecodeOptions:
         """The keyword arguments of the predictor's decoding call beyond beam, alpha and nbest."""
         topk, topp, temperature, seed = self.sampling
         given = {"sampling_topk": topk, "sampling_topp": topp, "temperature": temperature, "seed": seed}
-        return {k: v for k, v in {**given, "tag": self.tag}.items() if v is not None}
+        words = {"split": self.split, "alignment": self.alignment}
+        return {k: v for k, v in {**given, "tag": self.tag, **words}.items() if v is not None}
 
 
 # ---------------------------------------------------------------------------------------------------- service
@@ -222,6 +225,8 @@ def decode_options(
     *,
     sampling: tuple[int | None, float | None, float | None, int | None] = (None, None, None, None),
     tag: str | None = None,
+    split: str = "sentences",
+    alignment: bool = False,
 ) -> DecodeOptions:
     """A request's options with the run's defaults filled in, checked against the beam bound.
 
@@ -239,7 +244,9 @@ def decode_options(
         )
     if nbest > beam:
         raise ApiError(422, "invalid_request", f"nbest ({nbest}) must not exceed beam ({beam})")
-    options = DecodeOptions(beam=beam, alpha=alpha, nbest=nbest, sampling=sampling, tag=tag)
+    options = DecodeOptions(
+        beam=beam, alpha=alpha, nbest=nbest, sampling=sampling, tag=tag, split=split, alignment=alignment
+    )
     if any(v is not None for v in sampling) or tag is not None:
         _check_decoding(service.predictor, options)
     return dataclasses.replace(options, alone=next(_ALONE)) if samples else options

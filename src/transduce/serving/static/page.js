@@ -32,8 +32,19 @@ function element(tag, text, className) {
 }
 
 // ----------------------------------------------------------------------------------------------- translation
+// A line is a paragraph (the server splits it into sentences); another format sends the whole text as one
+// document, whose translation comes back whole (markup or cue timings kept).
 async function runTranslation(lines) {
-  const beam = Number($("beam").value), nbest = Number($("nbest").value);
+  const beam = Number($("beam").value), nbest = Number($("nbest").value), format = $("format").value;
+  $("document-out").hidden = true;
+  if (format !== "text") {
+    const result = await postJson("/v1/translate", {text: [$("source").value], beam, format});
+    $("translations").replaceChildren();
+    $("document-out").textContent = result.translations[0].text;
+    $("document-out").hidden = false;
+    $("translation-result").hidden = false;
+    return;
+  }
   const result = await postJson("/v1/translate", {text: lines, beam, nbest});
   showTranslations(result.translations);
   const first = result.translations[0];
@@ -256,7 +267,9 @@ function drawTree(root) {
 // `help` replaces the text box's hint where the task needs its own; `rows` names the heatmap's rows.
 const RENDERERS = {
   translation: {button: "Translate", label: "Text to translate", run: runTranslation, options: true,
-                rows: "the translation"},
+                rows: "the translation",
+                help: "One paragraph per line (split into sentences), or a whole document: choose its format " +
+                      "under Decoding. Enter translates; Shift+Enter starts a new line."},
   classification: {button: "Classify", label: "Text to classify", run: runClassification, options: false},
   parsing: {button: "Parse", label: "Sentence to parse", run: runParsing, options: false,
             rows: "the tree's brackets, labels and tags",

@@ -1,0 +1,123 @@
+"""Word alignments from attention (issue 73, item 3): Pharaoh links over the raw words, the translation unchanged by
+asking for them, the same links from the torch engine and from CTranslate2."""
+
+import pytest
+from conftest import run_cli
+
+from transduce.documents import words
+
+
+def test_pieces_map_to_the_words_that_hold_them():
+    assert words.piece_words(["▁The", "▁ca", "t", "▁sat", "."]) == [0, 1, 1, 2, 2]
+    assert words.piece_words(["ca", "t", "▁sat"]) == [0, 0, 1]  # a part starting inside a word
+    # target piece t points at source piece pointed[t]: words linked, each link once, sorted
+    links = words.word_links(["▁a", "b", "▁c"], ["▁X", "▁Y", "y"], [2, 0, 1])
+    assert links == [(0, 1), (1, 0)]
+
+
+def test_hard_links_skip_the_tag_and_end_of_sentence():
+    import torch
+
+    weights = torch.tensor([[0.1, 0.2, 0.7, 0.0], [0.9, 0.05, 0.05, 0.0], [0.0, 0.0, 0.1, 0.9]])  # (T'=3, S'=4)
+    assert words.hard_links(weights, source_len=2, target_len=2, first=1) == [1, 0]  # column 0 (a tag) excluded
+
+
+def test_a_units_links_move_into_its_lines_numbering():
+    line = "Hi there. The cat sat."
+    target = "Salut. Le chat"
+    links = words.relocate(
+        [(0, 0), (2, 1)], ("The cat sat.", 10, words.word_starts(line)), ("Le chat", 7, words.word_starts(target))
+    )
+    assert links == [(2, 1), (4, 2)]
+    assert words.pharaoh(links) == "2-1 4-2"
+
+
+def _in_range(source: str, target: str, links) -> bool:
+    return all(0 <= i < len(source.split()) and 0 <= j < len(target.split()) for i, j in links)
+
+
+def test_alignment_leaves_the_translation_unchanged_and_links_stay_in_range(trained_run):
+    from transduce.decoding.translator import Translator
+
+    run, corpus = trained_run
+    translator = Translator.from_run(run)
+    lines = (corpus / "test.en").read_text().splitlines()[:8]
+    lines.insert(3, "")
+    plain = translator.decode_lines(lines, beam=3, nbest=2)
+    aligned = translator.decode_lines(lines, beam=3, nbest=2, alignment=True)
+    assert [[h.text for h in hyps] for hyps in plain.hypotheses] == [
+        [h.text for h in hyps] for hyps in aligned.hypotheses
+    ]
+    assert all(h.alignment is None for hyps in plain.hypotheses for h in hyps)
+    for line, hyps in zip(lines, aligned.hypotheses):
+        for h in hyps:
+            assert h.alignment and _in_range(line, h.text, h.alignment)
+            assert {j for _, j in h.alignment} == set(range(len(h.text.split())))  # every target word is linked
+
+
+def test_a_paragraphs_links_count_the_words_of_the_whole_line(trained_run):
+    from transduce.decoding.translator import Translator
+
+    run, corpus = trained_run
+    translator = Translator.from_run(run)
+    first, second = (s.capitalize() + "." for s in ("red dog near the house", "the cat sees over"))
+    paragraph = translator.decode_lines([f"{first} {second}"], split="sentences", alignment=True).hypotheses[0][0]
+    alone = translator.decode_lines([first, second], alignment=True).hypotheses
+    n_src, n_tgt = len(first.split()), len(alone[0][0].text.split())
+    shifted = [(i + n_src, j + n_tgt) for i, j in alone[1][0].alignment]
+    assert paragraph.alignment == sorted(alone[0][0].alignment + shifted)
+
+
+def test_translate_cli_prints_text_then_links(trained_run):
+    run, corpus = trained_run
+    lines = (corpus / "test.en").read_text().splitlines()[:4]
+    text = "\n".join(lines) + "\n"
+    plain = run_cli("translate", str(run), "--beam", "2", "--quiet", input=text).stdout.splitlines()
+    out = run_cli("translate", str(run), "--beam", "2", "--quiet", "--alignment", input=text).stdout.splitlines()
+    assert len(out) == len(lines)
+    for source, translation, row in zip(lines, plain, out):
+        got, links = row.split(" ||| ")
+        assert got == translation  # byte-identical text
+        pairs = [tuple(map(int, link.split("-"))) for link in links.split()]
+        assert pairs and _in_range(source, translation, pairs)
+    nbest = run_cli(
+        "translate", str(run), "--beam", "2", "--nbest", "2", "--alignment", "--quiet", input=lines[0] + "\n"
+    )
+    assert all(" ||| " in row and row.startswith("0\t") for row in nbest.stdout.splitlines())
+
+
+def test_torch_and_ctranslate2_give_the_same_links(trained_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    run, corpus = trained_run
+    src, tgt = corpus / "test.en", corpus / "test.xx"
+    torch_rows = run_cli("score-pairs", str(run), "--src", str(src), "--tgt", str(tgt), "--alignment").stdout
+    ct2_rows = run_cli(
+        "score-pairs", str(run), "--src", str(src), "--tgt", str(tgt), "--alignment", "--engine", "ctranslate2"
+    ).stdout
+    torch_links = [row.split("\t")[3] for row in torch_rows.splitlines()]
+    ct2_links = [row.split("\t")[3] for row in ct2_rows.splitlines()]
+    assert len(torch_links) == len(src.read_text().splitlines()) and all(torch_links)
+    assert torch_links == ct2_links
+    # the links CTranslate2 prints for its own translations are those torch reads for the same pairs
+    sources = src.read_text().splitlines()[:6]
+    rows = run_cli(
+        "translate", str(run), "--engine", "ctranslate2", "--beam", "2", "--length-penalty", "length",
+        "--alignment", "--quiet", input="\n".join(sources) + "\n",
+    ).stdout.splitlines()  # fmt: skip
+    texts, links = zip(*(row.split(" ||| ") for row in rows))
+    (tmp_path / "hyp.txt").write_text("\n".join(texts) + "\n")
+    (tmp_path / "src.txt").write_text("\n".join(sources) + "\n")
+    scored = run_cli("score-pairs", str(run), "--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "hyp.txt"),
+                     "--alignment").stdout  # fmt: skip
+    assert [row.split("\t")[3] for row in scored.splitlines()] == list(links)
+
+
+def test_an_export_records_its_alignment_heads(trained_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from transduce.export.ctranslate2 import export_ctranslate2
+    from transduce.outputs import read_manifest
+
+    run, _ = trained_run
+    folder = export_ctranslate2(run, tmp_path / "ct2")
+    model = read_manifest(folder)["model"]
+    assert "alignment_layer" in model and "alignment_heads" in model
