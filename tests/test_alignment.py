@@ -121,3 +121,18 @@ def test_an_export_records_its_alignment_heads(trained_run, tmp_path):
     folder = export_ctranslate2(run, tmp_path / "ct2")
     model = read_manifest(folder)["model"]
     assert "alignment_layer" in model and "alignment_heads" in model
+
+
+def test_the_search_reads_each_source_with_its_end_of_sentence(trained_run):
+    """The paragraph front hands the engine pieces without EOS: the torch engine must add it, as training saw it."""
+    from transduce.decoding.search import beam_search
+    from transduce.decoding.translator import Translator
+
+    run, corpus = trained_run
+    translator = Translator.from_run(run)
+    lines = (corpus / "test.en").read_text().splitlines()[:5]
+    src = translator._padded(translator.encode_sources(lines))  # pieces + EOS, padded
+    direct = beam_search(translator.model, src, beam=2, nbest=1, alpha=0.6, max_len_a=1.0, max_len_b=10)
+    expected = translator.tokenizer.decode([hyps[0].tokens for hyps in direct])
+    assert translator.translate(lines, beam=2, alpha=0.6) == expected
+    assert [h[0].text for h in translator.decode_lines(lines, beam=2, alpha=0.6, alignment=True).hypotheses] == expected

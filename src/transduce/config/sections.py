@@ -52,7 +52,9 @@ class ModelConfig:
     output_bias: bool = False  # a bias on the pre-softmax projection (Marian's final_logits_bias); §3.4 has none
     # Word alignments (translate --alignment, train.guided_alignment; model/alignment.py) are read from one decoder
     # layer's cross-attention averaged over its first heads, as CTranslate2's alignment_layer / alignment_heads are
-    alignment_layer: int | None = None  # that layer (negative: from the last); None: the penultimate (1 layer: it)
+    # the defaults, the last layer and all its heads, aligned best on gold links of an unguided model
+    # (BENCHMARKS.md#paragraphs-alignments-and-markup-issue-73); guided alignment trains -2 and 1 (Garg et al.)
+    alignment_layer: int = -1  # that layer, from 0 (negative: from the last, -1 = the last)
     alignment_heads: int = 0  # how many of its heads, the first ones, are averaged; 0: all of them
 
     def __post_init__(self) -> None:
@@ -68,7 +70,7 @@ class ModelConfig:
                 raise ConfigError(f"model.{name} ({getattr(self, name)}) must be a token id below vocab_size")
         if self.eos_id in (self.pad_id, self.bos_id):
             raise ConfigError(f"model.eos_id ({self.eos_id}) must differ from model.pad_id and model.bos_id")
-        if self.alignment_layer is not None and not -self.decoder_layers <= self.alignment_layer < self.decoder_layers:
+        if not -self.decoder_layers <= self.alignment_layer < self.decoder_layers:
             raise ConfigError(
                 f"model.alignment_layer ({self.alignment_layer}) must name one of the {self.decoder_layers} decoder "
                 f"layers (0 to {self.decoder_layers - 1}, or -1 to -{self.decoder_layers} from the last)"

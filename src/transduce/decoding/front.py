@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
@@ -30,6 +30,9 @@ class Translation:
     # word links (source word, target word), 0-based over the whitespace-separated words of the input line and of
     # `text`, with `alignment=True` (documents/words.py); None otherwise
     alignment: list[tuple[int, int]] | None = None
+    # per target token, the source position the alignment attention weighs most, where the engine read it while
+    # searching (the torch engine); front turns it into `alignment`
+    pointed: list[int] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -267,12 +270,15 @@ def _units(lines: list[str], settings: Options, engine: Engine) -> tuple[list[pa
 def _align(engine: Engine, sources: list[list[int]], found: list[list[Translation]], tagged: bool) -> None:
     """Each hypothesis's word links in its unit's own numbering (relocated into the line's by `_joined`); a tag
     (`tagged`: the sources' first id) is no word."""
-    if engine.align is None:
-        raise ConfigError("this engine gives no word alignments")
     pairs = [(ids, h) for ids, hyps in zip(sources, found) for h in hyps]
     if not pairs:
         return
-    pointed = engine.align([ids for ids, _ in pairs], [h.tokens for _, h in pairs])
+    if all(h.pointed is not None for _, h in pairs):
+        pointed = [h.pointed or [] for _, h in pairs]
+    elif engine.align is None:
+        raise ConfigError("this engine gives no word alignments")
+    else:
+        pointed = engine.align([ids for ids, _ in pairs], [h.tokens for _, h in pairs])
     piece = engine.tokenizer.id_to_piece
     at = 0
     for ids, hyps in zip(sources, found):

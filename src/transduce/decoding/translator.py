@@ -76,6 +76,22 @@ def decoding_autocast(precision: str, device: torch.device):
     return lambda: torch.autocast(device.type, dtype=torch.bfloat16)  # training/precision.py is a layer above
 
 
+class _Remembering:
+    """A model for the search that keeps what its encoder computed (`memory`): the word links of the hypotheses are
+    read over it afterwards, without running the encoder a second time."""
+
+    def __init__(self, model: Transformer | Ensemble) -> None:
+        self.model = model
+        self.memory: Any = None  # (B, S, D), or an ensemble's list of them
+
+    def encode(self, src: torch.Tensor):
+        self.memory = self.model.encode(src)
+        return self.memory
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
 class Translator:
     def __init__(
         self,
@@ -273,25 +289,40 @@ class Translator:
         which sees exactly the weights the search saw (the same arithmetic, the same prefixes). An ensemble's are
         its first model's. A tag (the source's first id) is a position like any other: documents/words.py skips
         it."""
-        from ..model.alignment import recording_alignment
-
-        model = cast(Transformer, self.model.members[0] if isinstance(self.model, Ensemble) else self.model)
-        eos, bos = self.tokenizer.special.eos, self.tokenizer.special.bos
         out: list[list[int]] = [[] for _ in sources]
+        eos = self.tokenizer.special.eos
         for batch in self._batches([[0] * max(len(s), len(t)) for s, t in zip(sources, targets)], 4096):
             src = self._padded([sources[i] + [eos] for i in batch])  # (B, S)
-            tgt_in = self._padded([[bos] + targets[i] for i in batch])  # (B, T)
-            with recording_alignment(model) as weights:  # the decoder's states only: no output projection
-                model.decoder(tgt_in, model.encode(src), model.pad_mask(src))
-            for row, i in enumerate(batch):
-                shown = weights[0][row, : len(targets[i]), : len(sources[i])]  # (T_i, S_i): EOS and padding cut
-                out[i] = shown.argmax(dim=-1).tolist() if len(sources[i]) else [0] * len(targets[i])
+            memory = self._aligning_model().encode(src)  # (B, S, D)
+            for i, points in zip(batch, self._pointed(memory, src, [targets[i] for i in batch])):
+                out[i] = points
+        return out
+
+    def _aligning_model(self) -> Transformer:
+        return cast(Transformer, self.model.members[0] if isinstance(self.model, Ensemble) else self.model)
+
+    def _pointed(self, memory: torch.Tensor, src: torch.Tensor, targets: list[list[int]]) -> list[list[int]]:
+        """Per row of `src` (B, S; EOS and padding after the pieces) and its target ids, per target token the
+        source position its alignment attention weighs most among the pieces (`alignments`)."""
+        from ..model.alignment import alignment_weights
+
+        model, special = self._aligning_model(), self.tokenizer.special
+        tgt_in = self._padded([[special.bos] + ids for ids in targets])  # (B, T)
+        weights = alignment_weights(model, tgt_in, memory, model.pad_mask(src))  # (B, T, S)
+        lengths = src.ne(special.pad).sum(1).tolist()  # pieces + EOS
+        out = []
+        for row, ids in enumerate(targets):
+            pieces = lengths[row] - 1
+            shown = weights[row, : len(ids), :pieces]  # (T_i, S_i): EOS and padding cut
+            out.append(shown.argmax(dim=-1).tolist() if pieces else [0] * len(ids))
         return out
 
     def _search(self, sources: list[list[int]], lines: list[int], settings: front.Options) -> list[list[Translation]]:
         """One batch through greedy, sampling or beam search: per source its `settings.nbest` hypotheses, best
         first; `lines` are the sources' indices in the input (each seeds its sentence's draws when sampling)."""
-        d, src = self.decode, self._padded(sources)
+        eos = self.tokenizer.special.eos
+        d, src = self.decode, self._padded([ids + [eos] for ids in sources])  # (B, S): pieces + EOS
+        model = _Remembering(self.model) if settings.alignment else self.model
         search: dict[str, Any] = dict(
             alpha=settings.alpha,
             length_penalty_kind=settings.length_penalty,
@@ -299,18 +330,32 @@ class Translator:
             max_len_b=d.max_len_b,
         )
         if settings.sampling is not None:
-            hyps = sample_search(self.model, src, sampling=settings.sampling, sentences=lines, **search)
+            hyps = sample_search(model, src, sampling=settings.sampling, sentences=lines, **search)
         elif settings.beam == 1 and settings.nbest == 1:
-            hyps = greedy_search(self.model, src, **search)
+            hyps = greedy_search(model, src, **search)
         else:
             hyps = beam_search(
-                self.model, src, beam=settings.beam, nbest=settings.nbest, patience=settings.patience, **search
+                model, src, beam=settings.beam, nbest=settings.nbest, patience=settings.patience, **search
             )
         out = []
         for sent_hyps in hyps:
             texts = self.tokenizer.decode([h.tokens for h in sent_hyps])
             out.append([Translation(t, h.score, h.tokens) for t, h in zip(texts, sent_hyps)])
+        if isinstance(model, _Remembering):  # the links, over the search's own encoder output (not computed again)
+            self._point_hypotheses(out, model.memory, src)
         return out
+
+    @torch.inference_mode()
+    def _point_hypotheses(self, found: list[list[Translation]], memory: Any, src: torch.Tensor) -> None:
+        """Each hypothesis's `pointed` (front.Translation): `_pointed` over the rows of `memory` (an ensemble's:
+        its first model's) of the sentences the hypotheses belong to."""
+        memory = memory[0] if isinstance(memory, list) else memory  # (B, S, D)
+        rows = torch.tensor([r for r, sent in enumerate(found) for _ in sent], dtype=torch.long, device=src.device)
+        flat = [h for sent in found for h in sent]
+        if flat:
+            targets = [h.tokens for h in flat]
+            for h, points in zip(flat, self._pointed(memory.index_select(0, rows), src.index_select(0, rows), targets)):
+                h.pointed = points
 
     @overload
     def translate(self, sentences: str, **kwargs: Any) -> str: ...

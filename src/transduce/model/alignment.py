@@ -20,10 +20,7 @@ from ..config import ModelConfig
 
 
 def layer_index(config: ModelConfig) -> int:
-    """model.alignment_layer as an index from 0: a negative setting counts from the last layer; None is the
-    penultimate layer (Garg et al. 2019's choice), the only one of a one-layer decoder."""
-    if config.alignment_layer is None:
-        return max(config.decoder_layers - 2, 0)
+    """model.alignment_layer as an index from 0 (a negative setting counts from the last layer)."""
     return config.alignment_layer % config.decoder_layers
 
 
@@ -54,3 +51,27 @@ def recording_alignment(model) -> Iterator[list[Tensor]]:
         handle.remove()
         module.keep_weights = False
         module.weights = None
+
+
+class _Reached(Exception):
+    """Raised by a hook once the alignment layer's cross-attention has run: nothing after it is needed."""
+
+
+def alignment_weights(model, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor) -> Tensor:
+    """The alignment attention (B, T, S) of decoder inputs `tgt_in` (B, T) over an encoder output `memory`
+    (B, S, D), teacher-forced: the decoder runs up to the alignment layer's cross-attention and stops there (the
+    layers above it, and its own feed-forward block, cannot change these weights)."""
+    module = model.decoder.layers[layer_index(model.config)].cross_attn
+
+    def stop(_module, _inputs, _output) -> None:
+        raise _Reached
+
+    with recording_alignment(model) as got:
+        handle = module.register_forward_hook(stop)  # after recording_alignment's own hook: the weights are kept
+        try:
+            model.decoder(tgt_in, memory, src_pad_mask)
+        except _Reached:
+            pass
+        finally:
+            handle.remove()
+    return got[0]
