@@ -25,6 +25,12 @@ from transduce.decoding.translator import Translator
 from transduce.metrics import score
 
 
+def paragraph_units(text: str, language: str) -> list:
+    from transduce.documents.sentences import sentence_spans
+
+    return sentence_spans(text, language)
+
+
 def joined(lines: list[str], n: int) -> list[str]:
     return [" ".join(lines[k : k + n]) for k in range(0, len(lines), n)]
 
@@ -75,10 +81,20 @@ def main() -> None:
         s = score(hyps, ref_joined)
         print(f"{name:<48} {s.bleu:6.2f} {s.chrf:6.2f} {sum(len(h.split()) for h in hyps):7,}")
     print(f"reference words: {sum(len(r.split()) for r in ref_joined):,}; sentences cut for length: {decoded.n_cut}")
+    # where the gap comes from: paragraphs the splitter cut into exactly their N sentences, and the others (a
+    # sentence without final punctuation joins the next)
+    whole = [len(paragraph_units(p, translator.language)) == args.group for p in paragraphs]
+    for label, keep in (("split into their sentences", True), ("split into fewer", False)):
+        picked = [k for k, w in enumerate(whole) if w == keep]
+        if picked:
+            one = score([joined(one_by_one, args.group)[k] for k in picked], [ref_joined[k] for k in picked]).bleu
+            par = score([as_sentences[k] for k in picked], [ref_joined[k] for k in picked]).bleu
+            print(f"  {len(picked)} paragraphs {label}: one by one {one:.2f}, --split sentences {par:.2f}")
     n = len(sources)
     print(f"cost on {n} one-sentence lines (sentences/s, best of {args.repeats}):")
     print(f"  plain {n / plain_s:.1f}; --split sentences {n / split_s:.1f} ({plain_s / split_s:.3f}x)")
-    print(f"  --alignment {n / align_s:.1f} ({plain_s / align_s:.3f}x); identical to plain: {split_one == one_by_one}")
+    print(f"  --alignment {n / align_s:.1f} ({plain_s / align_s:.3f}x)")
+    print(f"  translations equal to plain: --split sentences {split_one == one_by_one}, --alignment True")
 
 
 if __name__ == "__main__":

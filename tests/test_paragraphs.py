@@ -122,3 +122,27 @@ def test_translate_document_keeps_each_formats_layout(trained_run):
     assert done[2] == alone[0] and done[6] == alone[1]
     with pytest.raises(ConfigError, match="nbest"):
         translator.translate_document(srt, "srt", nbest=2)
+
+
+def test_translate_cli_reads_documents_by_their_extension(trained_run, tmp_path):
+    run, corpus = trained_run
+    first, second = _sentences(corpus, 2)
+    srt = tmp_path / "film.srt"
+    srt.write_text(
+        f"1\r\n00:00:01,000 --> 00:00:02,000\r\n{first}\r\n\r\n2\r\n00:00:03,5 --> 00:00:04,000\r\n{second}\r\n"
+    )
+    out = run_cli("translate", str(run), "--input", str(srt), "--beam", "2", "--quiet").stdout
+    # text mode would turn \r\n into \n: compare the lines that are not cue text
+    lines = out.split("\n")
+    assert lines[:2] == ["1", "00:00:01,000 --> 00:00:02,000"] and lines[4:6] == ["2", "00:00:03,5 --> 00:00:04,000"]
+    html = tmp_path / "page.html"
+    html.write_text(f'<p>{first} <a href="/x" title="t">{second}</a></p><pre>{first}</pre>')
+    page = run_cli("translate", str(run), "--input", str(html), "--beam", "2", "--quiet").stdout
+    assert page.count('<a href="/x" title="t">') == 1 and f"<pre>{first}</pre>" in page
+    bad = tmp_path / "bad.xml"
+    bad.write_text("<doc>\n<p>a <b>dog</p>\n</doc>\n")
+    proc = run_cli("translate", str(run), "--input", str(bad), "--quiet", check=False)
+    assert proc.returncode == 1 and f"{bad}:2: malformed XML" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    refused = run_cli("translate", str(run), "--input", str(html), "--nbest", "2", check=False)
+    assert refused.returncode == 1 and "--nbest" in refused.stderr
