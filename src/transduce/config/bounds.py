@@ -76,6 +76,7 @@ BOUNDS: dict[str, Bound] = {
     "model.d_ff": POSITIVE,
     "model.n_heads": POSITIVE,
     "model.alignment_heads": COUNT,  # 0: all heads
+    "model.alignment_layer": Bound(-1024, 1023),  # a decoder layer, from the last when negative (ModelConfig checks)
     "model.dropout": RATE,
     "model.attention_dropout": RATE,
     "model.activation_dropout": RATE,

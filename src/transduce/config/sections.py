@@ -50,12 +50,10 @@ class ModelConfig:
     # or "gelu" (exact, with erf)
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (§3.4); false: by 1 (a Marian option)
     output_bias: bool = False  # a bias on the pre-softmax projection (Marian's final_logits_bias); §3.4 has none
-    # Word alignments (translate --alignment, train.guided_alignment; model/alignment.py) are read from one decoder
-    # layer's cross-attention averaged over its first heads, as CTranslate2's alignment_layer / alignment_heads are
-    # the defaults, the last layer and all its heads, aligned best on gold links of an unguided model
-    # (BENCHMARKS.md#paragraphs-alignments-and-markup-issue-73); guided alignment trains -2 and 1 (Garg et al.)
-    alignment_layer: int = -1  # that layer, from 0 (negative: from the last, -1 = the last)
-    alignment_heads: int = 0  # how many of its heads, the first ones, are averaged; 0: all of them
+    alignment_layer: int = -1  # the decoder layer whose cross-attention gives word alignments (model/alignment.py),
+    # from 0 (negative: from the last); -1, the last, with all heads, aligned best on gold links (BENCHMARKS.md)
+    alignment_heads: int = 0  # how many of that layer's heads, the first ones, are averaged (CTranslate2's
+    # convention); 0: all; guided alignment trains 1 (Garg et al. 2019)
 
     def __post_init__(self) -> None:
         check_section(self, "model")  # types, finiteness and bounds.BOUNDS (sizes: memory.py)

@@ -177,11 +177,12 @@ def with_tokenizer(config: DataConfig) -> tuple[DataConfig, str]:
 
 def chunk_jobs(
     config: DataConfig, split: str, inputs: list[Input], chunks: Path, tokenizer: str, id_dtype: str,
-    tag_ids: dict[str, int],
+    tag_ids: dict[str, int], chunk_lines: int = CHUNK_LINES,
 ) -> Iterator[ChunkJob]:  # fmt: skip
-    """A split's chunks (stream.encode_chunk's jobs): its corpora one after the other, numbered on across them, each
-    chunk with its corpus's index, its tag id (put before every source) and its lines of links (data.corpora's
-    align), read in step with its pairs: an align file of another line count is refused."""
+    """A split's chunks of `chunk_lines` pairs (stream.encode_chunk's jobs): its corpora one after the other,
+    numbered on across them, each chunk with its corpus's index, its tag id (put before every source) and its lines
+    of links (data.corpora's align), read in step with its pairs: an align file of another line count is refused.
+    parallel.py passes its CHUNK_LINES (the tests make chunks small there)."""
     kind = split if split in ("train", "valid") else "test"
     links = any(one.align for one in inputs)  # the split keeps links: a corpus without gets none per pair
     link_dtype = "uint16" if config.max_len < 1 << 16 else "int32"
@@ -191,7 +192,7 @@ def chunk_jobs(
         with _LinkLines(one) as aligned:
             if one.format != "lines":  # one file of both sides: its rows' blocks, where each row begins
                 first = 0
-                for n, src, tgt, starts in one.blocks(CHUNK_LINES):
+                for n, src, tgt, starts in one.blocks(chunk_lines):
                     yield ChunkJob(
                         split, index, first, src, tgt, str(one.src), str(one.tgt), str(chunks), tokenizer, kind,
                         config.max_len, config.max_ratio, config.errors, id_dtype, corpus=k, prefix=prefix,
@@ -202,7 +203,7 @@ def chunk_jobs(
                     index += 1
                 continue
             first = src_pos = tgt_pos = 0
-            for a, b in zip_longest(line_blocks(one.src, CHUNK_LINES), line_blocks(one.tgt, CHUNK_LINES)):
+            for a, b in zip_longest(line_blocks(one.src, chunk_lines), line_blocks(one.tgt, chunk_lines)):
                 if a is None or b is None or a[0] != b[0]:
                     check_line_counts(one.src, one.tgt, count_lines(one.src), count_lines(one.tgt))
                 yield ChunkJob(

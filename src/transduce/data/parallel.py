@@ -378,7 +378,7 @@ def _encode_chunks(
     try:
         for split, inputs in files.items():
             results[split] = []
-            for job in chunk_jobs(config, split, inputs, chunks, tokenizer, id_dtype, tag_ids):
+            for job in chunk_jobs(config, split, inputs, chunks, tokenizer, id_dtype, tag_ids, CHUNK_LINES):
                 stats = read_chunk_stats(chunk_folder(chunks, split, job.index))
                 if (
                     stats is not None

@@ -68,10 +68,11 @@ def _respond(error: ApiError) -> JSONResponse:
 def _translation_out(hypotheses: list, nbest: int) -> TranslationOut:
     if not hypotheses:  # an empty input line
         return TranslationOut(text="", score=0.0, alignment=None, nbest=[] if nbest > 1 else None)
-    listed = [Hypothesis(text=h.text, score=float(h.score), alignment=h.alignment) for h in hypotheses]
+    links = lambda h: getattr(h, "alignment", None)  # a predictor's hypotheses may have no links (asked for none)
+    listed = [Hypothesis(text=h.text, score=float(h.score), alignment=links(h)) for h in hypotheses]
     best = hypotheses[0]
     return TranslationOut(
-        text=best.text, score=float(best.score), alignment=best.alignment, nbest=listed if nbest > 1 else None
+        text=best.text, score=float(best.score), alignment=links(best), nbest=listed if nbest > 1 else None
     )
 
 
