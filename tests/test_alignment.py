@@ -15,11 +15,10 @@ def test_pieces_map_to_the_words_that_hold_them():
     assert links == [(0, 1), (1, 0)]
 
 
-def test_hard_links_skip_the_tag_and_end_of_sentence():
-    import torch
-
-    weights = torch.tensor([[0.1, 0.2, 0.7, 0.0], [0.9, 0.05, 0.05, 0.0], [0.0, 0.0, 0.1, 0.9]])  # (T'=3, S'=4)
-    assert words.hard_links(weights, source_len=2, target_len=2, first=1) == [1, 0]  # column 0 (a tag) excluded
+def test_positions_after_a_tag_count_it_and_a_piece_pointing_at_the_tag_has_no_link():
+    pieces = ["▁runs", "▁near", "▁tree"]  # the model read [tag, ▁runs, ▁near, ▁tree]
+    assert words.word_links(pieces, ["▁A", "▁B"], [1, 3], first=1) == [(0, 0), (2, 1)]
+    assert words.word_links(pieces, ["▁A"], [0], first=1) == []  # the tag itself
 
 
 def test_a_units_links_move_into_its_lines_numbering():

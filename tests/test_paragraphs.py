@@ -25,6 +25,13 @@ def test_join_keeps_the_paragraphs_spacing_and_reports_offsets():
     assert paragraphs.join("a b", [(0, 1), (2, 3)], ["A", "B"], "lines")[0] == "A B"
 
 
+def test_sentences_that_touched_get_a_space_unless_their_script_writes_none():
+    line = "你好。再见。"
+    spans = [(0, 3), (3, 6)]
+    assert paragraphs.join(line, spans, ["Hello.", "Goodbye."], "sentences")[0] == "Hello. Goodbye."
+    assert paragraphs.join(line, spans, ["你好。", "再见。"], "sentences")[0] == "你好。再见。"
+
+
 def test_units_skip_empty_lines_and_keep_line_numbers():
     units = paragraphs.units(["The cat sat. The dog ran.", "", "   ", "e"], "sentences", "en")
     assert [(u.line, u.text) for u in units] == [(0, "The cat sat."), (0, "The dog ran."), (3, "e")]

@@ -44,7 +44,7 @@ def cmd_translate(args) -> int:
         **({} if args.patience is None else {"patience": args.patience}),
     )
     if fmt != "text":
-        return _translate_document(translator, args, fmt, {**options, "split": split})
+        return _translate_document(translator, args, fmt, {**options, "split": split, "mbr": args.mbr})
     from ..data import read_lines
 
     lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
@@ -84,10 +84,11 @@ def _with_links(hyp, alignment: bool) -> str:
     return f"{text} ||| {pharaoh(hyp.alignment or [] if hyp else [])}" if alignment else text
 
 
-def _note_cut(n_cut: int, n_lines: int) -> None:
+def _note_cut(n_cut: int, n_lines: int | None = None) -> None:
     if n_cut:
+        where = f" on {n_lines} line(s)" if n_lines is not None else ""
         print(
-            f"note: {n_cut} sentence(s) on {n_lines} line(s) longer than the model's positions were cut into parts "
+            f"note: {n_cut} sentence(s){where} longer than the model's positions were cut into parts "
             "(at clause punctuation, else between words), each translated",
             file=sys.stderr,
         )
@@ -107,7 +108,7 @@ def _translate_document(translator, args, fmt: str, options: dict) -> int:
         raise DataError(f"{path}:{line}: not UTF-8 text (byte {err.start}); --errors replace reads it anyway") from None
     name = "<stdin>" if str(path) == "-" else str(path)
     document = translate_document(translator, text, fmt, name=name, **options)
-    _note_cut(document.n_cut, document.n_cut)
+    _note_cut(document.n_cut)
     if document.tags_dropped:
         print(f"note: {document.tags_dropped} inline tag(s) inside subtitle cues dropped", file=sys.stderr)
     sys.stdout.write(document.text)

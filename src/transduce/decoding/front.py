@@ -203,7 +203,7 @@ class Engine:
     EOS) its hypotheses, best first; `lines` are the sources' indices in the call's units (they seed sampling).
     `groups(sources)`: the positions in `sources` that go through one search call. `align(sources, tokens)`: per
     (source, output tokens) pair, per output token the source position its alignment attention points at
-    (documents/words.hard_links), or None where the engine gives no alignments."""
+    (over the source as given, a tag included; EOS excluded), or None where the engine gives no alignments."""
 
     tokenizer: Tokenizer
     max_len: int  # the model's positions
@@ -282,9 +282,9 @@ def _align(engine: Engine, sources: list[list[int]], found: list[list[Translatio
     piece = engine.tokenizer.id_to_piece
     at = 0
     for ids, hyps in zip(sources, found):
-        source_pieces = [piece(i) for i in ids[int(tagged) :]]
+        source_pieces = [piece(i) for i in ids[int(tagged) :]]  # positions count the tag: word_links's `first`
         for h in hyps:
-            h.alignment = words.word_links(source_pieces, [piece(t) for t in h.tokens], pointed[at])
+            h.alignment = words.word_links(source_pieces, [piece(t) for t in h.tokens], pointed[at], int(tagged))
             at += 1
 
 
@@ -332,7 +332,8 @@ def pair_links(
     piece = tokenizer.id_to_piece
     out = []
     for source, target, src, tgt, points in zip(sources, targets, src_ids, tgt_ids, align(src_ids, tgt_ids)):
-        links = words.word_links([piece(i) for i in src[1 if tag else 0 :]], [piece(t) for t in tgt], points)
+        first = 1 if tag else 0  # the positions count the tag
+        links = words.word_links([piece(i) for i in src[first:]], [piece(t) for t in tgt], points, first)
         out.append(
             words.relocate(links, (source, 0, words.word_starts(source)), (target, 0, words.word_starts(target)))
         )

@@ -253,7 +253,7 @@ class Translator:
             max_len=self.model.config.max_len,
             language=self.language,
             search=lambda sources, lines: self._search(sources, lines, settings),
-            groups=lambda sources: self._batches(sources, settings.batch_tokens),
+            groups=lambda sources: self._batches([[0] * (len(ids) + 1) for ids in sources], settings.batch_tokens),
             align=self.alignments,
         )
         was_training = self.model.training

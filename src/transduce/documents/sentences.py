@@ -124,6 +124,16 @@ def _piece_boundary(text: str, pieces: Callable[[str], list[str]], middle: float
     return min(ends, key=lambda i: abs(i - middle)) if ends else None
 
 
+def _spaced(before: str, after: str) -> bool:
+    """Whether two translations that meet need a space between them: both non-empty and neither side written in a
+    script without spaces between words (East Asian wide or full-width characters)."""
+    import unicodedata
+
+    if not before or not after or before[-1].isspace() or after[0].isspace():
+        return False
+    return all(unicodedata.east_asian_width(c) not in ("W", "F") for c in (before[-1], after[0]))
+
+
 def join(line: str, spans: Sequence[tuple[int, int]], translations: Sequence[str], split: str) -> tuple[str, list[int]]:
     """A line's translation from its units' (`spans`, in order), and where each unit's translation begins in it:
     under "sentences" the line's leading whitespace, then each unit's translation followed by the source's
@@ -137,6 +147,8 @@ def join(line: str, spans: Sequence[tuple[int, int]], translations: Sequence[str
     for k, ((_, end), text) in enumerate(zip(spans, translations)):
         if split == "sentences":
             gap = line[end : spans[k + 1][0]] if k + 1 < len(spans) else line[end:]  # trailing: "\r" kept
+            if not gap and k + 1 < len(spans) and _spaced(text, translations[k + 1]):
+                gap = " "  # sentences that touched in a script without spaces (Chinese, Japanese) may need one
         else:
             gap = " " if k + 1 < len(spans) and text else ""
         offsets.append(at)

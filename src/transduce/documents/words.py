@@ -4,10 +4,10 @@ A *word* is a whitespace-separated word of the raw text (`str.split()`), on both
 0-based, source word i - target word j) count, as fairseq, Marian and eole print them. SentencePiece marks a piece
 that begins a word with "▁", so a piece's word is the count of such marks up to it.
 
-A target piece is linked to the source piece its alignment attention weighs most (model/alignment.py), end of
-sentence and a tag excluded (fairseq's `extract_hard_alignment`, Garg et al. 2019 §3); its word is linked to that
-piece's word. A unit's links (one sentence of a paragraph, or a part of a cut one) are moved into its line's word
-numbering by the characters where the unit's words begin (`relocate`).
+A target piece is linked to the source piece its alignment attention weighs most (model/alignment.py; end of
+sentence excluded, as fairseq's `extract_hard_alignment` does), and its word to that piece's word; a piece that
+points at a tag gets no link. A unit's links (one sentence of a paragraph, or a part of a cut one) are moved into
+its line's word numbering by the characters where the unit's words begin (`relocate`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Sequence
-
-import torch
 
 Links = list[tuple[int, int]]
 _WORD = re.compile(r"\S+")
@@ -33,19 +31,16 @@ def piece_words(pieces: Sequence[str]) -> list[int]:
     return out
 
 
-def hard_links(weights: torch.Tensor, source_len: int, target_len: int, first: int = 0) -> list[int]:
-    """Per target piece, the source piece its weights point at most. `weights` (T', S') of one pair: row t is the
-    decoder position predicting target piece t; columns `first` (after a tag) to `first + source_len` are the
-    source's pieces (end of sentence and padding after them are excluded)."""
-    rows = weights[:target_len, first : first + source_len]  # (T, S)
-    return rows.argmax(dim=-1).tolist()
-
-
-def word_links(source_pieces: Sequence[str], target_pieces: Sequence[str], pointed: Sequence[int]) -> Links:
-    """Word links (source word, target word), sorted and each once, from `pointed` (per target piece, the index of
-    its source piece: `hard_links`)."""
+def word_links(
+    source_pieces: Sequence[str], target_pieces: Sequence[str], pointed: Sequence[int], first: int = 0
+) -> Links:
+    """Word links (source word, target word), sorted and each once, from `pointed`: per target piece, the position
+    of the source piece its alignment attention weighs most, counted over the source as the model read it, where
+    `source_pieces` begin at position `first` (1 after a tag: a target piece pointing at the tag has no link)."""
     src_words, tgt_words = piece_words(source_pieces), piece_words(target_pieces)
-    return sorted({(src_words[s], tgt_words[t]) for t, s in enumerate(pointed) if s < len(src_words)})
+    return sorted(
+        {(src_words[s - first], tgt_words[t]) for t, s in enumerate(pointed) if 0 <= s - first < len(src_words)}
+    )
 
 
 def word_starts(text: str) -> list[int]:

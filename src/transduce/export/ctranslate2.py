@@ -461,6 +461,11 @@ class CTranslate2Translator:
         engine = front.Engine(self.tokenizer, self.max_len, language, decode, self._calls, self.alignments)
         return front.decode_lines(sentences, settings, engine, progress=progress)
 
+    @property
+    def can_align(self) -> bool:
+        """Whether the export records its alignment layer and heads (exports made before word alignments do not)."""
+        return "alignment_layer" in self.manifest["model"]
+
     def pair_alignments(self, sources: list[str], targets: list[str], *, tag: str = "") -> list[list[tuple[int, int]]]:
         """`Translator.pair_alignments` on the engine."""
         return front.pair_links(self.tokenizer, self.alignments, (sources, targets), max_len=self.max_len, tag=tag)
@@ -468,12 +473,14 @@ class CTranslate2Translator:
     def alignments(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[int]]:
         """`Translator.alignments` through the engine's `return_attention` (the export's decoder has the run's
         alignment layer and heads): each target forced as the prefix of a one-step search."""
-        if "alignment_layer" not in self.manifest["model"]:
+        if not self.can_align:
             raise ExportError("this export predates word alignments (its alignment heads are unknown): export again")
         results = self.engine.translate_batch(
             [[self.pieces[i] for i in ids] for ids in sources],
             target_prefix=[[self.pieces[i] for i in ids] for ids in targets],
             max_decoding_length=max(map(len, targets), default=0) + 1,
+            max_batch_size=self.decode.batch_tokens,
+            batch_type="tokens",
             beam_size=1,
             return_attention=True,
             max_input_length=0,

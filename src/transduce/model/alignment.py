@@ -1,7 +1,7 @@
 """The attention that aligns words: one decoder layer's cross-attention, averaged over its first heads.
 
 Which layer and heads are the model's settings (model.alignment_layer, model.alignment_heads), read the same way by
-`translate --alignment` (decoding/alignment.py turns the weights into word links), guided alignment in training
+`translate --alignment` (documents/words.py turns the weights into word links), guided alignment in training
 (training/guided.py trains these weights towards given links, Garg et al. 2019) and a CTranslate2 export (its
 decoder's alignment_layer / alignment_heads, so `return_attention` gives the same weights).
 

@@ -1,0 +1,129 @@
+"""The translation routes of the HTTP API (app.py builds the app): `POST /v1/translate` (sentences, paragraphs, word
+links, or whole documents of another format) and `POST /v1/attention` (the maps the page draws; the parser's route
+uses the same)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter
+
+from .messages import (
+    AttentionRequest,
+    AttentionResponse,
+    Hypothesis,
+    TranslateRequest,
+    TranslateResponse,
+    TranslationOut,
+)
+from .service import ApiError, DecodeOptions, Service, decode_defaults, decode_options
+
+
+def _translation_out(hypotheses: list, nbest: int) -> TranslationOut:
+    if not hypotheses:  # an empty input line
+        return TranslationOut(text="", score=0.0, alignment=None, nbest=[] if nbest > 1 else None)
+    links = lambda h: getattr(h, "alignment", None)  # a predictor's hypotheses may have no links (asked for none)
+    listed = [Hypothesis(text=h.text, score=float(h.score), alignment=links(h)) for h in hypotheses]
+    best = hypotheses[0]
+    return TranslationOut(
+        text=best.text, score=float(best.score), alignment=links(best), nbest=listed if nbest > 1 else None
+    )
+
+
+def translation_routes(service: Service) -> APIRouter:
+    router = APIRouter(tags=["translation"])
+
+    @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True)
+    async def translate(request: TranslateRequest) -> TranslateResponse:
+        """Translate raw sentences; the answer keeps input order. Concurrent requests are decoded together."""
+        sampling = (request.sampling_topk, request.sampling_topp, request.temperature, request.seed)
+        if request.format != "text" and (request.alignment or request.nbest > 1):
+            raise ApiError(422, "invalid_request", f"format {request.format} gives one document: no nbest or alignment")
+        if (request.alignment or request.format in ("html", "xml")) and not getattr(
+            service.predictor, "can_align", True
+        ):
+            raise ApiError(422, "invalid_request", "this export predates word alignments: export the run again")
+        options = decode_options(
+            service,
+            request.beam,
+            request.alpha,
+            request.nbest,
+            sampling=sampling,
+            tag=request.tag,
+            split=request.split,
+            alignment=request.alignment,
+        )
+        service.check_texts(request.text)
+        if request.format != "text":
+            documents = await service.within_timeout(_documents(service, request.text, request.format, options))
+            return TranslateResponse(
+                translations=[TranslationOut(text=d, score=0.0, alignment=None, nbest=None) for d in documents]
+            )
+        results = await service.within_timeout(service.batcher.submit(request.text, options))
+        return TranslateResponse(translations=[_translation_out(h, options.nbest) for h in results])
+
+    if hasattr(service.predictor, "attention"):
+
+        @router.post("/v1/attention", response_model=AttentionResponse)
+        async def attention(request: AttentionRequest) -> AttentionResponse:
+            """Encoder-decoder attention of one sentence pair (what the page draws)."""
+            service.check_texts([request.text] + ([request.target] if request.target is not None else []))
+            return await service.within_timeout(attention_response(service, request, _best_translation))
+
+    return router
+
+
+async def _documents(service: Service, texts: list[str], fmt: str, options: DecodeOptions) -> list[str]:
+    """Each text translated as a document of `fmt` on the model thread (decoding/documents.py); a document that
+    cannot be read (malformed XML, a broken subtitle timing) is a 422 naming its index and line."""
+    from ..config import ConfigError
+    from ..data import DataError
+    from ..decoding.documents import translate_document
+
+    keywords = {"beam": options.beam, "alpha": options.alpha, **options.decoding(), "alignment": False}
+    out = []
+    for i, text in enumerate(texts):
+        try:
+            work = functools.partial(translate_document, service.predictor, text, fmt, name=f"text {i}", **keywords)
+            document = await service.batcher.call(work)
+        except (DataError, ConfigError) as err:
+            raise ApiError(422, "invalid_document", str(err), index=i) from None
+        out.append(document.text)
+    return out
+
+
+def _best_translation(hypotheses: list) -> str:
+    return hypotheses[0].text if hypotheses else ""
+
+
+async def attention_response(
+    service: Service, request: AttentionRequest, target_of: Callable[[Any], str]
+) -> AttentionResponse:
+    """The attention maps of `request` on the model thread; with no target given, the model's own output (decoded
+    through the batcher with default options, so it is exactly what the task's route answers) is the target."""
+    target = request.target
+    if target is None:
+        output = (await service.batcher.submit([request.text], decode_defaults(service.predictor)))[0]
+        target = target_of(output)
+    maps = await service.batcher.call(service.predictor.attention, request.text, target)
+    cap = service.limits.max_attention_pieces
+    for side, pieces in (("source", maps.source_pieces), ("target", maps.target_pieces)):
+        if len(pieces) > cap:  # the maps grow with source x target pieces x layers x heads
+            what = "the model's output" if side == "target" and request.target is None else f"the {side}"
+            raise ApiError(
+                422,
+                "limit_exceeded",
+                f"{what} has {len(pieces)} pieces, at most {cap} allowed for attention maps",
+                limit="max_attention_pieces",
+                max=cap,
+            )
+    cross = maps.cross.float().round(decimals=4)  # (L, H, T, S); 4 decimals keep the JSON small
+    return AttentionResponse(
+        source_pieces=maps.source_pieces,
+        target_pieces=maps.target_pieces,
+        layers=cross.shape[0],
+        heads=cross.shape[1],
+        cross=cross.tolist(),
+    )
