@@ -172,7 +172,7 @@ def test_a_training_run_draws_its_epochs_by_weight_and_translate_takes_the_tag(c
     assert bad.returncode == 1 and "the tag '<2fr>' is not a token of the vocabulary" in bad.stderr
     assert "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
     # the CTranslate2 engine takes the tag as the torch engine does: the same ids in, the same translations out
-    from transduce.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from transduce.export import CTranslate2Translator, export_ctranslate2
 
     engine = CTranslate2Translator(export_ctranslate2(run, tmp_path / "ct2"), exact=True)
     lines = (corpora / "valid.en").read_text().splitlines()[:6]

@@ -114,7 +114,7 @@ def test_score_pairs_command(trained_run, tmp_path):
 
 def test_ctranslate2_scores_and_samples(trained_run, tmp_path):
     pytest.importorskip("ctranslate2")
-    from transduce.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from transduce.export import CTranslate2Translator, export_ctranslate2
 
     run, corpus = trained_run
     sources = (corpus / "test.en").read_text().splitlines()[:10]

@@ -19,7 +19,7 @@ from .common import (
 def cmd_translate(args) -> int:
     from ..decoding.translator import Translator
     from ..documents.formats import detect_format
-    from ..export.ctranslate2 import CTranslate2Translator  # does not import ctranslate2 until used
+    from ..export.ct2_translator import CTranslate2Translator  # does not import ctranslate2 until used
 
     check_decoding(args)
     check_precision_engine(args)
@@ -171,7 +171,7 @@ def cmd_score_pairs(args) -> int:
     from ..data import DataError, read_lines
     from ..decoding.translator import Translator
     from ..documents.words import pharaoh
-    from ..export.ctranslate2 import CTranslate2Translator
+    from ..export.ct2_translator import CTranslate2Translator
 
     check_precision_engine(args)
     src, tgt = input_path(args.src), input_path(args.tgt)

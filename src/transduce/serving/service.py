@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # imported where used: loading one predictor does not import 
     from ..decoding.classifier import Classifier
     from ..decoding.parser import Parser
     from ..decoding.translator import Translator
-    from ..export.ctranslate2 import CTranslate2Translator
+    from ..export.ct2_translator import CTranslate2Translator
 
 T = TypeVar("T")
 
@@ -390,7 +390,7 @@ def load_predictor(
 
         torch.set_num_threads(threads)
     if kind == "translation" and engine == "ctranslate2":
-        from ..export.ctranslate2 import CTranslate2Translator
+        from ..export.ct2_translator import CTranslate2Translator
 
         predictor = CTranslate2Translator.from_run(run, device=device, exact=exact, threads=threads)
     else:
