@@ -22,13 +22,8 @@ import torch
 
 from transduce.data import read_lines, resolve_path
 from transduce.decoding.translator import Translator
+from transduce.documents.sentences import sentence_spans
 from transduce.metrics import score
-
-
-def paragraph_units(text: str, language: str) -> list:
-    from transduce.documents.sentences import sentence_spans
-
-    return sentence_spans(text, language)
 
 
 def joined(lines: list[str], n: int) -> list[str]:
@@ -83,7 +78,7 @@ def main() -> None:
     print(f"reference words: {sum(len(r.split()) for r in ref_joined):,}; sentences cut for length: {decoded.n_cut}")
     # where the gap comes from: paragraphs the splitter cut into exactly their N sentences, and the others (a
     # sentence without final punctuation joins the next)
-    whole = [len(paragraph_units(p, translator.language)) == args.group for p in paragraphs]
+    whole = [len(sentence_spans(p, translator.language)) == args.group for p in paragraphs]
     for label, keep in (("split into their sentences", True), ("split into fewer", False)):
         picked = [k for k, w in enumerate(whole) if w == keep]
         if picked:

@@ -25,7 +25,7 @@ def test_a_units_links_move_into_its_lines_numbering():
     line = "Hi there. The cat sat."
     target = "Salut. Le chat"
     links = words.relocate(
-        [(0, 0), (2, 1)], ("The cat sat.", 10, words.word_starts(line)), ("Le chat", 7, words.word_starts(target))
+        [(0, 0), (2, 1)], ("The cat sat.", 10, words.word_offsets(line)), ("Le chat", 7, words.word_offsets(target))
     )
     assert links == [(2, 1), (4, 2)]
     assert words.pharaoh(links) == "2-1 4-2"

@@ -211,6 +211,48 @@ def cmd_score(args) -> int:
 
 
 def register(sub) -> None:
+    _register_translate(sub)
+    p = sub.add_parser("evaluate", help="translate a test set and print sacreBLEU and chrF")
+    decode_options(p)
+    p.add_argument("--src", required=True)
+    p.add_argument("--ref", required=True)
+    p.add_argument("--output", help="also write the translations to this new file")
+    p.add_argument("--lowercase", action="store_true")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser(
+        "score-pairs",
+        help="the model's log-probability of given (source, target) pairs: per line TOTAL<TAB>TOKENS<TAB>MEAN",
+    )
+    p.add_argument("run", help="run directory, a .safetensors weights file inside one, or a CTranslate2 export")
+    p.add_argument("--src", required=True, help="sources, one a line")
+    p.add_argument("--tgt", required=True, help="targets, one a line, as many as sources")
+    p.add_argument("--tokens", action="store_true", help="also each token's log-probability (a 4th column)")
+    p.add_argument("--tag", default=None, metavar="T", help="put this tag (data.corpora's) before every source")
+    p.add_argument(
+        "--alignment",
+        action="store_true",
+        help="also each pair's word alignment as Pharaoh links (a last column: i-j ..., 0-based, words split at "
+        "whitespace), from the attention of model.alignment_layer/alignment_heads",
+    )
+    p.add_argument("--batch-tokens", type=int, default=None, help="tokens per batch (default: decode.batch_tokens)")
+    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch", help="ctranslate2: score_batch")
+    p.add_argument("--device", default="auto")
+    precision_option(p)
+    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
+    p.set_defaults(func=cmd_score_pairs)
+
+    p = sub.add_parser("score", help="sacreBLEU and chrF of existing translations")
+    p.add_argument("--hyp", required=True)
+    p.add_argument("--ref", required=True)
+    p.add_argument("--lowercase", action="store_true")
+    p.add_argument("--tokenize", default="13a", choices=sacrebleu_tokenizers(), help="sacreBLEU tokenizer")
+    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
+    p.set_defaults(func=cmd_score)
+
+
+def _register_translate(sub) -> None:
+    """translate's arguments: the decoding options, its input and output forms, the engine."""
     p = sub.add_parser("translate", help="translate stdin (or --input) to stdout, one line per line")
     decode_options(p)
     p.add_argument("--input", help="read this file instead of stdin")
@@ -249,41 +291,3 @@ def register(sub) -> None:
         "patience 4) instead of the engine's speed (one call, its own patience 1)",
     )
     p.set_defaults(func=cmd_translate)
-
-    p = sub.add_parser("evaluate", help="translate a test set and print sacreBLEU and chrF")
-    decode_options(p)
-    p.add_argument("--src", required=True)
-    p.add_argument("--ref", required=True)
-    p.add_argument("--output", help="also write the translations to this new file")
-    p.add_argument("--lowercase", action="store_true")
-    p.set_defaults(func=cmd_evaluate)
-
-    p = sub.add_parser(
-        "score-pairs",
-        help="the model's log-probability of given (source, target) pairs: per line TOTAL<TAB>TOKENS<TAB>MEAN",
-    )
-    p.add_argument("run", help="run directory, a .safetensors weights file inside one, or a CTranslate2 export")
-    p.add_argument("--src", required=True, help="sources, one a line")
-    p.add_argument("--tgt", required=True, help="targets, one a line, as many as sources")
-    p.add_argument("--tokens", action="store_true", help="also each token's log-probability (a 4th column)")
-    p.add_argument("--tag", default=None, metavar="T", help="put this tag (data.corpora's) before every source")
-    p.add_argument(
-        "--alignment",
-        action="store_true",
-        help="also each pair's word alignment as Pharaoh links (a last column: i-j ..., 0-based, words split at "
-        "whitespace), from the attention of model.alignment_layer/alignment_heads",
-    )
-    p.add_argument("--batch-tokens", type=int, default=None, help="tokens per batch (default: decode.batch_tokens)")
-    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch", help="ctranslate2: score_batch")
-    p.add_argument("--device", default="auto")
-    precision_option(p)
-    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
-    p.set_defaults(func=cmd_score_pairs)
-
-    p = sub.add_parser("score", help="sacreBLEU and chrF of existing translations")
-    p.add_argument("--hyp", required=True)
-    p.add_argument("--ref", required=True)
-    p.add_argument("--lowercase", action="store_true")
-    p.add_argument("--tokenize", default="13a", choices=sacrebleu_tokenizers(), help="sacreBLEU tokenizer")
-    p.add_argument("--errors", choices=["strict", "replace"], default="strict", help="invalid UTF-8 input")
-    p.set_defaults(func=cmd_score)

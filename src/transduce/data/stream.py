@@ -220,16 +220,23 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
                 (folder / f"{side}.txt").write_bytes(text.encode("utf-8"))
         np.save(folder / "lines.npy", (kept[ok] + job.first_line).astype(np.int64), allow_pickle=False)
         if job.links:  # the kept pairs' links, in step with their ids
-            if job.tokenizer not in _WORD_STARTS:
-                _WORD_STARTS[job.tokenizer] = word_starts(tokenizer)
-            starts = _WORD_STARTS[job.tokenizer]
             rows = [(kept[p], src_ids[p], tgt_ids[p]) for p in np.flatnonzero(ok)]
-            flat, lengths, stats["unlinked"] = kept_links(links, rows, src_lines, tgt_lines, starts)
-            stats["linked"] = int((lengths > 0).sum())
-            np.save(folder / "links.ids.npy", flat.astype(job.link_dtype), allow_pickle=False)
-            np.save(folder / "links.lengths.npy", lengths, allow_pickle=False)
+            stats.update(_save_links(folder, job, tokenizer, links, rows, (src_lines, tgt_lines)))
         (folder / "stats.json").write_text(json.dumps(stats) + "\n", encoding="utf-8")
     return stats
+
+
+def _save_links(
+    folder: Path, job: ChunkJob, tokenizer, links: list[list[int]] | None, rows: list, lines: tuple[list, list]
+) -> dict[str, int]:
+    """links.{ids,lengths}.npy: the links of the chunk's kept pairs (`rows`: line, source ids, target ids), in step
+    with their ids (alignments.kept_links); returns the stats of how many pairs kept links and how many lost them."""
+    if job.tokenizer not in _WORD_STARTS:
+        _WORD_STARTS[job.tokenizer] = word_starts(tokenizer)
+    flat, lengths, unlinked = kept_links(links, rows, *lines, _WORD_STARTS[job.tokenizer])
+    np.save(folder / "links.ids.npy", flat.astype(job.link_dtype), allow_pickle=False)
+    np.save(folder / "links.lengths.npy", lengths, allow_pickle=False)
+    return {"unlinked": unlinked, "linked": int((lengths > 0).sum())}
 
 
 def _length_filters(job: ChunkJob, src_len: np.ndarray, tgt_len: np.ndarray, dropped: dict[str, int]) -> np.ndarray:

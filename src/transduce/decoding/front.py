@@ -297,14 +297,14 @@ def _joined(
         return found[0]  # the common case: one line, one sentence, as decoded
     out = []
     spans = [(u.start, u.end) for u in units]
-    line_starts = words.word_starts(line)
+    line_starts = words.word_offsets(line)
     for k in range(max(len(hyps) for hyps in found)):
         picked = [hyps[min(k, len(hyps) - 1)] if hyps else None for hyps in found]
         texts = [h.text if h else "" for h in picked]
         text, offsets = paragraphs.join(line, spans, texts, settings.split)
         links: list[tuple[int, int]] | None = None
         if settings.alignment:
-            links, target_starts = [], words.word_starts(text)
+            links, target_starts = [], words.word_offsets(text)
             for unit, h, offset in zip(units, picked, offsets):
                 if h is not None and h.alignment:
                     src, tgt = (unit.text, unit.start, line_starts), (h.text, offset, target_starts)
@@ -335,6 +335,6 @@ def pair_links(
         first = 1 if tag else 0  # the positions count the tag
         links = words.word_links([piece(i) for i in src[first:]], [piece(t) for t in tgt], points, first)
         out.append(
-            words.relocate(links, (source, 0, words.word_starts(source)), (target, 0, words.word_starts(target)))
+            words.relocate(links, (source, 0, words.word_offsets(source)), (target, 0, words.word_offsets(target)))
         )
     return out

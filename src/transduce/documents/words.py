@@ -16,16 +16,19 @@ import bisect
 import re
 from collections.abc import Sequence
 
+from ..data.alignments import WORD_START
+
 Links = list[tuple[int, int]]
 _WORD = re.compile(r"\S+")
 
 
 def piece_words(pieces: Sequence[str]) -> list[int]:
-    """The word index of each piece: a piece starting with "▁" begins the next word (a first piece without the
-    mark, as in the second part of a word cut in two, belongs to word 0)."""
+    """The word index of each piece: a piece starting with "▁" begins the next word, as guided alignment's
+    data/alignments.piece_words counts them over ids (here a first piece without the mark, as in the second part of
+    a word cut in two, belongs to word 0)."""
     out, word = [], -1
     for piece in pieces:
-        if piece.startswith("▁") or word < 0:
+        if piece.startswith(WORD_START) or word < 0:
             word += 1
         out.append(word)
     return out
@@ -43,14 +46,14 @@ def word_links(
     )
 
 
-def word_starts(text: str) -> list[int]:
+def word_offsets(text: str) -> list[int]:
     """Where each whitespace-separated word of `text` begins (character offsets)."""
     return [m.start() for m in _WORD.finditer(text)]
 
 
 def relocate(links: Links, source: tuple[str, int, list[int]], target: tuple[str, int, list[int]]) -> Links:
     """A unit's links in its line's numbering. `source` and `target` are each (the unit's text, where it begins in
-    the line's text, the line's `word_starts`): a unit's word k is the line's word that holds its first character.
+    the line's text, the line's `word_offsets`): a unit's word k is the line's word that holds its first character.
     Indices past the unit's own words (a piece count that differs from the words, rare) stay within range."""
     src_map, tgt_map = _word_map(*source), _word_map(*target)
     if not src_map or not tgt_map:
@@ -60,7 +63,7 @@ def relocate(links: Links, source: tuple[str, int, list[int]], target: tuple[str
 
 def _word_map(text: str, offset: int, line_starts: list[int]) -> list[int]:
     """Per word of `text` (found at `offset` of its line), the index of the line's word that holds it."""
-    return [max(0, bisect.bisect_right(line_starts, offset + start) - 1) for start in word_starts(text)]
+    return [max(0, bisect.bisect_right(line_starts, offset + start) - 1) for start in word_offsets(text)]
 
 
 def pharaoh(links: Links) -> str:
