@@ -15,7 +15,7 @@ LAYERS = (
     ("config",),
     ("device",),
     ("model", "data"),
-    ("hf", "documents"),
+    ("hf", "documents", "terminology"),
     ("training", "decoding"),
     ("tasks", "export"),
     ("serving", "plot", "demo", "options_reference"),

@@ -48,7 +48,7 @@ class FakeModel:
 
     def decode_step(self, tokens, cache):
         cache.history = torch.cat([cache.history, tokens.view(-1, 1)], dim=1)
-        logits = torch.full((tokens.size(0), V), -1e9)
+        logits = torch.full((tokens.size(0), self.config.vocab_size), -1e9)
         for row, hist in enumerate(cache.history.tolist()):
             for token, p in self.table.get(tuple(hist[1:]), {EOS_ID: 1.0}).items():
                 logits[row, token] = math.log(p)
@@ -366,7 +366,7 @@ class MarianIdsModel(FakeModel):
         if cache.history.size(1) == 0:
             self.first_inputs.extend(tokens.tolist())
         cache.history = torch.cat([cache.history, tokens.view(-1, 1)], dim=1)
-        logits = torch.full((tokens.size(0), V), -1e9)
+        logits = torch.full((tokens.size(0), self.config.vocab_size), -1e9)
         for row, hist in enumerate(cache.history.tolist()):
             for token, p in self.table.get(tuple(hist[1:]), {0: 1.0}).items():
                 logits[row, token] = math.log(p)

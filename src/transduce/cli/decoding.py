@@ -26,10 +26,14 @@ def cmd_translate(args) -> int:
     _check_engine(args)
     fmt = args.format or detect_format(args.input)
     split = args.split or ("lines" if fmt == "text" else "sentences")
-    if fmt != "text" and (args.nbest != 1 or args.alignment):
+    if fmt != "text" and (args.nbest != 1 or args.alignment or args.constraints or args.prefix):
         from ..config import ConfigError
 
-        raise ConfigError(f"--format {fmt} writes one translated document: --nbest and --alignment need text input")
+        raise ConfigError(
+            f"--format {fmt} writes one translated document: --nbest, --alignment, --constraints and --prefix need "
+            "text input (a glossary applies to documents too)"
+        )
+    glossary = _glossary(args)
     translator: Translator | CTranslate2Translator
     if args.engine == "ctranslate2":
         translator = CTranslate2Translator.from_run(args.run, device=args.device, exact=args.exact)
@@ -43,6 +47,8 @@ def cmd_translate(args) -> int:
         **_sampling(args),
         **({} if args.patience is None else {"patience": args.patience}),
     )
+    if glossary is not None:
+        options["glossary"] = glossary
     if fmt != "text":
         return _translate_document(translator, args, fmt, {**options, "split": split, "mbr": args.mbr})
     from ..data import read_lines
@@ -50,7 +56,14 @@ def cmd_translate(args) -> int:
     lines = read_lines(input_path(args.input), errors=args.errors, allow_empty=True)
     progress = not sys.stdout.isatty() and not args.quiet
     decoded = translator.decode_lines(
-        lines, nbest=args.nbest, mbr=args.mbr, split=split, alignment=args.alignment, progress=progress, **options
+        lines,
+        nbest=args.nbest,
+        mbr=args.mbr,
+        split=split,
+        alignment=args.alignment,
+        progress=progress,
+        **_per_line(args, len(lines)),
+        **options,
     )
     _note_cut(decoded.n_cut, len(decoded.cut))
     out = sys.stdout
@@ -64,12 +77,39 @@ def cmd_translate(args) -> int:
     return 0
 
 
+def _glossary(args):
+    """--glossary's terms (terminology/glossary.py), or None."""
+    from ..terminology import read_glossary
+
+    return read_glossary(args.glossary, errors=args.errors) if args.glossary else None
+
+
+def _per_line(args, n_lines: int) -> dict:
+    """--constraints and --prefix: one line each per input line (terminology/constraints.py)."""
+    from ..terminology import check_count, read_constraints, read_prefixes
+
+    given: dict = {}
+    name = args.input or "the input"
+    if args.constraints:
+        given["constraints"] = read_constraints(args.constraints, errors=args.errors)
+        check_count("--constraints", args.constraints, len(given["constraints"]), n_lines, name)
+    if args.prefix:
+        given["prefixes"] = read_prefixes(args.prefix, errors=args.errors)
+        check_count("--prefix", args.prefix, len(given["prefixes"]), n_lines, name)
+    return given
+
+
 def _check_engine(args) -> None:
     """translate's engine flags that only one engine takes."""
     from ..config import ConfigError
 
     if args.engine == "ctranslate2" and args.ensemble:
         raise ConfigError("--ensemble decodes with --engine torch only")
+    if args.engine == "ctranslate2" and (args.constraints or args.glossary):
+        raise ConfigError(
+            "CTranslate2 has no lexical constraints (its issue #739): --constraints and --glossary need --engine "
+            "torch (--prefix works with both)"
+        )
     if args.exact and args.engine != "ctranslate2":
         raise ConfigError("--exact applies to --engine ctranslate2 (the torch engine is the reference)")
     if args.patience is not None and args.engine == "ctranslate2":
@@ -277,6 +317,23 @@ def _register_translate(sub) -> None:
         default=None,
         help="text (a line a line), html or xml (markup kept, inline tags moved with their words), srt or vtt "
         "(cue numbers and timings kept); default: from --input's extension, text for stdin",
+    )
+    p.add_argument(
+        "--constraints",
+        metavar="FILE",
+        help="per input line, target phrases separated by tabs that must appear in its translation, and after a "
+        "field ## phrases that must not (lexical constraints: Dynamic Beam Allocation in the beam search)",
+    )
+    p.add_argument(
+        "--glossary",
+        metavar="TSV",
+        help="source term<TAB>target term per line: a sentence holding a source term (whole words, any case) must "
+        "contain its target term; a target equal to the source keeps the term untranslated",
+    )
+    p.add_argument(
+        "--prefix",
+        metavar="FILE",
+        help="per input line, the text its translation starts with (empty: none); the search goes on from it",
     )
     p.add_argument(
         "--engine",

@@ -34,9 +34,9 @@ def translate_document(translator: Any, text: str, fmt: str, *, name: str = "<in
     error messages; `options` go to `decode_lines` (beam, alpha, tag, ...). A document's paragraphs are split into
     sentences (split="sentences"); "text" keeps the caller's `split` (default: sentences) and the line layout."""
     check_format(fmt)
-    for key in ("nbest", "alignment", "mbr"):
+    for key in ("nbest", "alignment", "mbr", "constraints", "prefixes"):
         if options.get(key) not in (None, False, 1, "none"):
-            raise ConfigError(f"a document ({fmt}) is translated to one text: {key} does not apply")
+            raise ConfigError(f"a document ({fmt}) is translated to one text: {key} does not apply (a glossary does)")
     n_cut = 0
 
     def decode(paragraphs: list[str], alignment: bool):

@@ -18,8 +18,10 @@ from ..data.tokenizer import Tokenizer, TokenizerError
 from ..documents import sentences as paragraphs
 from ..documents import words
 from ..documents.sentences import check_split
+from .lexical import ConstraintError, Steering
 from .mbr import mbr_rerank
 from .search import Sampling
+from .steering import Requests, describe, unit_steering
 
 
 @dataclass
@@ -199,8 +201,9 @@ def cut_sources(token_ids: list[list[int]], max_len: int) -> tuple[list[list[int
 
 @dataclass(frozen=True)
 class Engine:
-    """What `decode_lines` needs of a translation engine. `search(sources, lines)`: per source (token ids without
-    EOS) its hypotheses, best first; `lines` are the sources' indices in the call's units (they seed sampling).
+    """What `decode_lines` needs of a translation engine. `search(sources, lines, steering)`: per source (token ids
+    without EOS) its hypotheses, best first; `lines` are the sources' indices in the call's units (they seed
+    sampling); `steering` None, or per source its lexical constraints and prefix (decoding/lexical.py) or None.
     `groups(sources)`: the positions in `sources` that go through one search call. `align(sources, tokens)`: per
     (source, output tokens) pair, per output token the source position its alignment attention points at
     (over the source as given, a tag included; EOS excluded), or None where the engine gives no alignments."""
@@ -208,19 +211,29 @@ class Engine:
     tokenizer: Tokenizer
     max_len: int  # the model's positions
     language: str  # the source language: the sentence splitter's rules
-    search: Callable[[list[list[int]], list[int]], list[list[Translation]]]
+    search: Callable[[list[list[int]], list[int], list[Steering | None] | None], list[list[Translation]]]
     groups: Callable[[list[list[int]]], list[list[int]]]
     align: Callable[[list[list[int]], list[list[int]]], list[list[int]]] | None = None
 
 
-def decode_lines(lines: list[str], settings: Options, engine: Engine, *, progress: bool = False) -> Decoded:
+def decode_lines(
+    lines: list[str], settings: Options, engine: Engine, *, progress: bool = False, requests: Requests | None = None
+) -> Decoded:
     """Decode raw `lines` through an engine. Each line becomes units (documents/sentences.py: the line, or its
     sentences under settings.split "sentences"); a unit too long for the model's positions is cut into parts that
     fit; the units are searched in the engine's groups, and each line's translation is its units' joined.
-    Empty lines are never searched and get no hypotheses."""
+    Empty lines are never searched and get no hypotheses. `requests`: constraints, prefixes and a glossary
+    (decoding/steering.py); units they steer are searched in groups of their own, so the others' search is the
+    unconstrained one."""
     lines = check_sentences(lines)
+    requests = requests if requests else None
+    if requests is not None:
+        requests.check(len(lines))
+        if settings.sampling is not None:
+            raise ConfigError("constraints, glossary terms and prefixes steer the beam search: they take no sampling")
     tag = [tag_id(engine.tokenizer, settings.tag)] if settings.tag else []
     units, sources, n_cut = _units(lines, settings, engine)
+    steering = unit_steering(units, requests, engine.tokenizer) if requests is not None else [None] * len(units)
     sources = [tag + ids for ids in sources]
     per_line = Counter(u.line for u in units)
     # sampling seeds each input by its index: a line's own when it is one unit (as before paragraphs), else one
@@ -228,9 +241,17 @@ def decode_lines(lines: list[str], settings: Options, engine: Engine, *, progres
     seeds = [u.line if per_line[u.line] == 1 else len(lines) + j for j, u in enumerate(units)]
     found: list[list[Translation]] = [[] for _ in units]
     with tqdm(total=len(units), unit="sent", disable=not progress, file=sys.stderr, leave=False) as bar:
-        for members in engine.groups(sources):
+        for members in _groups(engine, sources, steering):
             batch = [sources[j] for j in members]
-            for j, hyps in zip(members, engine.search(batch, [seeds[j] for j in members])):
+            steered = [steering[j] for j in members] if steering[members[0]] is not None else None
+            try:
+                searched = engine.search(batch, [seeds[j] for j in members], steered)
+            except ConstraintError as err:
+                j = members[err.row]
+                raise ConfigError(
+                    f"line {units[j].line + 1}: {err.reason} ({describe(units, requests or Requests(), j)})"
+                ) from None
+            for j, hyps in zip(members, searched):
                 found[j] = mbr_rerank(hyps, settings.mbr)[: settings.keep]
             if settings.alignment:
                 _align(engine, [sources[j] for j in members], [found[j] for j in members], bool(tag))
@@ -242,6 +263,16 @@ def decode_lines(lines: list[str], settings: Options, engine: Engine, *, progres
     for i, members in by_line.items():
         results[i] = _joined(lines[i], [units[j] for j in members], [found[j] for j in members], settings)
     return Decoded(results, sorted({u.line for u in units if u.cut}), n_cut)
+
+
+def _groups(engine: Engine, sources: list[list[int]], steering: list[Steering | None]) -> list[list[int]]:
+    """The engine's groups, the steered units grouped apart from the others."""
+    out = []
+    for steered in (False, True):
+        members = [j for j, s in enumerate(steering) if (s is not None) == steered]
+        if members:
+            out += [[members[i] for i in group] for group in engine.groups([sources[j] for j in members])]
+    return out
 
 
 def _units(lines: list[str], settings: Options, engine: Engine) -> tuple[list[paragraphs.Unit], list[list[int]], int]:

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .lexical import ConstraintError, LexicalConstraint
+
 
 def length_penalty(length: Tensor | float, *, kind: str, alpha: float) -> Tensor | float:
     if kind == "gnmt":
@@ -222,15 +224,18 @@ def beam_search(
     nbest: int = 1,
     constraint=None,
     patience: float = 0.0,
+    lexical: LexicalConstraint | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search: per sentence, its `nbest` best finished hypotheses, best first. `constraint` (optional,
-    decoding/constraints.py) limits the tokens each row may emit; its state follows the cache.
-    `patience` > 0 also ends a sentence once beam x patience hypotheses have finished (DecodeConfig.patience)."""
+    decoding/constraints.py) limits the tokens each row may emit; its state follows the cache. `lexical` (optional,
+    decoding/lexical.py): phrases that must or must not appear and prefixes, with Dynamic Beam Allocation choosing
+    the beams. `patience` > 0 also ends a sentence once beam x patience hypotheses have finished
+    (DecodeConfig.patience)."""
     device, batch, k, ids = src.device, src.size(0), beam, model.config
     cache = model.start_decoding(model.encode(src), model.pad_mask(src))
     max_len = _max_lengths(src, a=max_len_a, b=max_len_b, model=model)  # (B,)
     lp = lambda n: length_penalty(n, kind=length_penalty_kind, alpha=alpha)
-    rows = _Rows(cache, constraint, max_len)
+    rows = _Rows(cache, lexical if lexical is not None else constraint, max_len)
     rows.expand(k)  # (B*k) rows, k per sentence
     sent = torch.arange(batch, device=device)  # original index of each sentence still decoding
     tokens = torch.full((batch * k, 1), ids.bos_id, dtype=torch.long, device=device)  # (N, t+1)
@@ -245,15 +250,20 @@ def beam_search(
         lprobs[:, ids.pad_id] = lprobs[:, ids.bos_id] = float("-inf")
         forced = max_len[sent].eq(t + 1).repeat_interleave(k)
         lprobs = rows.mask(_force_eos(lprobs, forced, ids.eos_id))  # the last allowed position must be EOS
-        top_score, token, origin = _candidates(scores, lprobs, k)  # (B, 2k) each
+        if lexical is None:
+            top_score, token, origin = _candidates(scores, lprobs, k)  # (B, 2k) each
+        else:  # the same shapes, in the order Dynamic Beam Allocation's banks take them
+            top_score, token, origin = lexical.candidates(rows.state, scores, lprobs, _candidates)
         # A hypothesis ends only when its EOS ranks among the k best candidates (fairseq's and CTranslate2's rule);
         # EOS candidates ranked k+1..2k are dropped, not finished.
         is_eos = token.eq(ids.eos_id) & top_score.gt(float("-inf")) & among_k
         new_norm = torch.where(is_eos, top_score / lp(torch.tensor(float(t + 1), device=device)), float("-inf"))
         hist = tokens[origin.view(-1)].view(sent.numel(), 2 * k, t + 1)[:, :, 1:]  # (B, 2k, t) without BOS
         kept.merge(new_norm, top_score, torch.cat([hist, token.unsqueeze(2)], dim=2))
-        # Alive: the k best candidates that did not end in EOS.
-        scores, pick = top_score.masked_fill(token.eq(ids.eos_id), float("-inf")).topk(k, dim=1)  # (B, k)
+        # Alive: the k best candidates that did not end in EOS (under lexical constraints the first k in the banks'
+        # order).
+        not_eos = top_score.masked_fill(token.eq(ids.eos_id), float("-inf"))
+        scores, pick = not_eos.topk(k, dim=1) if lexical is None else _first_alive(not_eos, k)  # (B, k)
         alive_rows = origin.gather(1, pick).view(-1)  # (N,)
         tokens = torch.cat([tokens[alive_rows], token.gather(1, pick).view(-1, 1)], dim=1)  # (N, t+2)
         rows.reorder(alive_rows, tokens[:, -1])
@@ -269,7 +279,19 @@ def beam_search(
             sent, scores, tokens = sent[keep_sent], scores[keep_sent], tokens[keep_rows]
             kept.select(keep_sent)
             rows.select(keep_rows)
+    if lexical is not None:
+        for row, hyps in enumerate(finished):
+            if not hyps:
+                raise ConstraintError(row, "no translation within the output limit meets all the constraints")
     return finished
+
+
+def _first_alive(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """(B, k) scores and positions of the first k candidates not at -inf, in the given order (then -inf ones)."""
+    position = torch.arange(scores.size(1), device=scores.device).expand_as(scores)
+    rank = torch.where(scores.gt(float("-inf")), position, position + scores.size(1))
+    pick = rank.topk(k, dim=1, largest=False).indices  # ascending: the given order
+    return scores.gather(1, pick), pick
 
 
 def _stops(kept: _Finished, scores: Tensor, max_len: Tensor, t: int, *, nbest: int, patience: float, lp) -> Tensor:
@@ -310,6 +332,8 @@ class _Rows:
     def mask(self, lprobs: Tensor) -> Tensor:
         if self.constraint is None:
             return lprobs
+        if isinstance(self.constraint, LexicalConstraint):
+            return self.constraint.mask(self.state, lprobs)
         return lprobs.masked_fill(~self.constraint.allowed(self.state), float("-inf"))
 
     def expand(self, k: int) -> None:

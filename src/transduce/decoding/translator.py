@@ -16,10 +16,12 @@ from ..data.marian import load_tokenizer
 from ..data.tokenizer import Tokenizer
 from ..device import pick_device
 from ..model import Transformer
+from ..terminology import Constraints, Glossary
 from ..training.checkpoint import find_weights, load_weights, read_run_config
 from . import front
 from .ensemble import Ensemble
 from .front import Decoded, Translation
+from .lexical import LexicalConstraint
 from .search import beam_search, greedy_search, sample_search
 
 __all__ = ["AttentionMaps", "Decoded", "PairScore", "Translation", "Translator"]
@@ -222,6 +224,9 @@ class Translator:
         tag: str | None = None,
         split: str = "lines",
         alignment: bool = False,
+        constraints: Sequence[Constraints | None] | None = None,
+        prefixes: Sequence[str | None] | None = None,
+        glossary: Glossary | None = None,
         progress: bool = False,
     ) -> Decoded:
         """Per line, its `nbest` best translations, best first (an empty line gets an empty list), and which lines
@@ -230,7 +235,10 @@ class Translator:
         utility (decoding/front.py). A `sampling_topk` other than 1 samples one translation per sentence
         (DecodeConfig.sampling_topk, search.sample_search). A `tag` (one of data.corpora's, e.g. "<2de>") is put
         before every source. `split` "sentences" takes each line as a paragraph (documents/sentences.py);
-        `alignment` also gives each translation's word links (Translation.alignment; model/alignment.py)."""
+        `alignment` also gives each translation's word links (Translation.alignment; model/alignment.py).
+        Terminology (decoding/steering.py, decoding/lexical.py): `constraints` per line (terminology.Constraints:
+        phrases that must appear, phrases that must not), `prefixes` per line (the translation starts with it), a
+        `glossary` (terminology.Glossary: its terms found in a sentence become phrases that must appear)."""
         settings = front.options(
             self.decode,
             beam=beam,
@@ -252,7 +260,7 @@ class Translator:
             tokenizer=self.tokenizer,
             max_len=self.model.config.max_len,
             language=self.language,
-            search=lambda sources, lines: self._search(sources, lines, settings),
+            search=lambda sources, lines, steering: self._search(sources, lines, settings, steering),
             groups=lambda sources: self._batches([[0] * (len(ids) + 1) for ids in sources], settings.batch_tokens),
             align=self.alignments,
         )
@@ -260,7 +268,8 @@ class Translator:
         self.model.eval()
         try:
             with self._autocast():
-                return front.decode_lines(sentences, settings, engine, progress=progress)
+                requests = front.Requests(constraints, prefixes, glossary)
+                return front.decode_lines(sentences, settings, engine, progress=progress, requests=requests)
         finally:
             self.model.train(was_training)
 
@@ -317,9 +326,12 @@ class Translator:
             out.append(shown.argmax(dim=-1).tolist() if pieces else [0] * len(ids))
         return out
 
-    def _search(self, sources: list[list[int]], lines: list[int], settings: front.Options) -> list[list[Translation]]:
+    def _search(
+        self, sources: list[list[int]], lines: list[int], settings: front.Options, steering: list | None = None
+    ) -> list[list[Translation]]:
         """One batch through greedy, sampling or beam search: per source its `settings.nbest` hypotheses, best
-        first; `lines` are the sources' indices in the input (each seeds its sentence's draws when sampling)."""
+        first; `lines` are the sources' indices in the input (each seeds its sentence's draws when sampling);
+        `steering` per source its lexical constraints and prefix (decoding/lexical.py): beam search, even of 1."""
         eos = self.tokenizer.special.eos
         d, src = self.decode, self._padded([ids + [eos] for ids in sources])  # (B, S): pieces + EOS
         model = _Remembering(self.model) if settings.alignment else self.model
@@ -329,7 +341,18 @@ class Translator:
             max_len_a=d.max_len_a,
             max_len_b=d.max_len_b,
         )
-        if settings.sampling is not None:
+        if steering is not None:
+            lexical = LexicalConstraint(steering, eos=eos, device=src.device)
+            hyps = beam_search(
+                model,
+                src,
+                beam=settings.beam,
+                nbest=settings.nbest,
+                patience=settings.patience,
+                lexical=lexical,
+                **search,
+            )
+        elif settings.sampling is not None:
             hyps = sample_search(model, src, sampling=settings.sampling, sentences=lines, **search)
         elif settings.beam == 1 and settings.nbest == 1:
             hyps = greedy_search(model, src, **search)

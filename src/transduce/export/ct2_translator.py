@@ -194,11 +194,20 @@ class CTranslate2Translator:
         tag: str | None = None,
         split: str = "lines",
         alignment: bool = False,
+        constraints=None,
+        prefixes: list[str | None] | None = None,
+        glossary=None,
         progress: bool = False,
     ) -> Decoded:
         """`Translator.decode_lines` (decoding/front.py) on the engine; its patience is this translator's.
         Sampling uses the engine's own sampler and random generator (`ctranslate2.set_random_seed(seed)`): the same
-        settings, not the same draws as the torch engine, nor independent of the batching."""
+        settings, not the same draws as the torch engine, nor independent of the batching. `prefixes` go to the
+        engine's `target_prefix`; constraints and glossaries are refused (CTranslate2 has no lexical constraints)."""
+        if any(c for c in constraints or ()) or (glossary is not None and len(glossary)):
+            raise ConfigError(
+                "CTranslate2 has no lexical constraints (its issue #739): constraints and glossaries need "
+                "--engine torch; --engine ctranslate2 takes a prefix"
+            )
         settings = front.options(
             self.decode,
             beam=beam,
@@ -227,13 +236,15 @@ class CTranslate2Translator:
             sampling=settings.sampling,
         )
 
-        def decode(sources: list[list[int]], lines: list[int]) -> list[list[Translation]]:  # lines: the engine's RNG
+        def decode(sources: list[list[int]], lines: list[int], steering) -> list[list[Translation]]:  # lines: RNG
             longest = max(len(ids) for ids in sources)
-            return self._decode(sources, self.max_output(longest), settings.batch_tokens, search)
+            prefixes = _prefixes(steering, len(sources))
+            return self._decode(sources, self.max_output(longest), settings.batch_tokens, search, prefixes)
 
         language = self.manifest.get("languages", {}).get("source", "")
         engine = front.Engine(self.tokenizer, self.max_len, language, decode, self._calls, self.alignments)
-        return front.decode_lines(sentences, settings, engine, progress=progress)
+        requests = front.Requests(prefixes=prefixes)
+        return front.decode_lines(sentences, settings, engine, progress=progress, requests=requests)
 
     @property
     def can_align(self) -> bool:
@@ -280,14 +291,25 @@ class CTranslate2Translator:
         return [hyps[0].text if hyps else "" for hyps in self.translate_nbest(sentences, **kwargs)]
 
     def _decode(
-        self, sources: list[list[int]], max_output: int, batch_tokens: int, search: _Search
+        self,
+        sources: list[list[int]],
+        max_output: int,
+        batch_tokens: int,
+        search: _Search,
+        prefixes: list[list[int]] | None = None,
     ) -> list[list[Translation]]:
-        """Sources of one length through the engine; hypotheses back to our ids and text."""
+        """Sources of one length through the engine; hypotheses back to our ids and text. `prefixes`: per source
+        the ids its output starts with (the engine's target_prefix)."""
+        longest_prefix = max(map(len, prefixes or [[]]))
+        if longest_prefix + 1 > max_output:
+            raise ConfigError(f"a prefix of {longest_prefix} tokens and EOS exceed the output limit {max_output}")
         if max_output <= 1:  # only EOS fits: we force it at once, the engine cannot be asked for 0 steps
             return [[Translation("", 0.0, [])] for _ in sources]
+        given = {"target_prefix": [[self.pieces[i] for i in ids] for ids in prefixes]} if longest_prefix else {}
         results = self.engine.translate_batch(
             [[self.pieces[i] for i in ids] for ids in sources],
             max_decoding_length=max_output - 1,
+            **given,
             max_batch_size=batch_tokens,
             batch_type="tokens",
             suppress_sequences=self._suppressed(),
@@ -335,6 +357,13 @@ class CTranslate2Translator:
         """PAD and BOS, which our search never produces either."""
         special = self.tokenizer.special
         return [[self.pieces[special.pad]], [self.pieces[special.bos]]]
+
+
+def _prefixes(steering, n: int) -> list[list[int]] | None:
+    """Per source the prefix's ids (empty where none), or None when no source has one."""
+    if steering is None or not any(s is not None and s.prefix for s in steering):
+        return None
+    return [list(s.prefix) if s is not None else [] for s in steering][:n]
 
 
 def _compute_type(ct2: ModuleType, quantization: str | None, device: str) -> str:
