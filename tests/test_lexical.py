@@ -319,3 +319,25 @@ def test_ctranslate2_takes_a_prefix_and_refuses_constraints(trained_run, tmp_pat
     assert out[0].startswith("HOUSE HOUSE") and out[3].startswith("TREE") and out[1] == plain[1]
     with pytest.raises(Exception, match="CTranslate2 has no lexical constraints"):
         engine.translate(LINES, constraints=[Constraints(include=("TREE",))] + [None] * 3)
+
+
+def test_random_constraints_are_all_met_by_a_trained_model(trained_run):
+    import random
+
+    from transduce.decoding.translator import Translator
+    from transduce.terminology import Constraints
+
+    run, corpus = trained_run
+    lines = (corpus / "test.en").read_text().splitlines()
+    words = sorted({w for line in (corpus / "train.xx").read_text().splitlines()[:200] for w in line.split()})
+    rng = random.Random(74)
+    wanted = []
+    for _ in lines:
+        include = tuple(rng.sample(words, rng.choice((1, 2))))
+        exclude = tuple(w for w in rng.sample(words, 2) if w not in include)[:1]
+        wanted.append(Constraints(include=include, exclude=exclude))
+    translator = Translator.from_run(run)
+    for beam in (2, 4):
+        for constraints, out in zip(wanted, translator.translate(lines, beam=beam, constraints=wanted)):
+            assert all(w in out for w in constraints.include), (constraints, out)
+            assert not any(w in out.split() for w in constraints.exclude), (constraints, out)

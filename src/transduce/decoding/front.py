@@ -226,14 +226,16 @@ def decode_lines(
     (decoding/steering.py); units they steer are searched in groups of their own, so the others' search is the
     unconstrained one."""
     lines = check_sentences(lines)
-    requests = requests if requests else None
     if requests is not None:
         requests.check(len(lines))
-        if settings.sampling is not None:
-            raise ConfigError("constraints, glossary terms and prefixes steer the beam search: they take no sampling")
+    requests = requests if requests else None
     tag = [tag_id(engine.tokenizer, settings.tag)] if settings.tag else []
     units, sources, n_cut = _units(lines, settings, engine)
-    steering = unit_steering(units, requests, engine.tokenizer) if requests is not None else [None] * len(units)
+    steering: list[Steering | None] = (
+        unit_steering(units, requests, engine.tokenizer) if requests is not None else [None] * len(units)
+    )
+    if settings.sampling is not None and any(s is not None for s in steering):
+        raise ConfigError("constraints, glossary terms and prefixes steer the beam search: they take no sampling")
     sources = [tag + ids for ids in sources]
     per_line = Counter(u.line for u in units)
     # sampling seeds each input by its index: a line's own when it is one unit (as before paragraphs), else one

@@ -107,11 +107,11 @@ class LexicalConstraint:
     decoding/constraints.py's TreeConstraint (start, advance, reorder, select), with `mask` in place of `allowed`
     and `candidates` in place of the search's own."""
 
-    def __init__(self, steering: Sequence[Steering | None], *, eos: int, device: torch.device) -> None:
-        steering = [s or Steering() for s in steering]
+    def __init__(self, given: Sequence[Steering | None], *, eos: int, device: torch.device) -> None:
+        steering: list[Steering] = [s or Steering() for s in given]
         for row, s in enumerate(steering):
             _check(row, s)
-        phrases = [list(s.include) + list(s.exclude) for s in steering]
+        phrases: list[list[tuple[int, ...]]] = [list(s.include) + list(s.exclude) for s in steering]
         b = len(steering)
         p = max(1, max(len(x) for x in phrases))
         width = max([1] + [len(x) for row in phrases for x in row])
@@ -119,8 +119,8 @@ class LexicalConstraint:
         lengths = torch.zeros(b, p, dtype=torch.long)
         positive = torch.zeros(b, p, dtype=torch.bool)
         table = torch.zeros(b, p, width + 1, width, dtype=torch.long)  # progress after the phrase's m-th token
-        for i, (s, row) in enumerate(zip(steering, phrases)):
-            for j, phrase in enumerate(row):
+        for i, (s, listed) in enumerate(zip(steering, phrases)):
+            for j, phrase in enumerate(listed):
                 tokens[i, j, : len(phrase)] = torch.tensor(phrase)
                 lengths[i, j], positive[i, j] = len(phrase), j < len(s.include)
                 borders = _borders(phrase)
@@ -138,9 +138,9 @@ class LexicalConstraint:
         self.table = table.view(-1).to(device)
         self.prefix = prefix.to(device)
         self.prefix_len = torch.tensor([len(s.prefix) for s in steering], dtype=torch.long, device=device)
-        self.needed = [sum(map(len, s.include)) + len(s.prefix) for s in steering]  # a lower bound on the output
+        self.needed = [sum(len(x) for x in s.include) + len(s.prefix) for s in steering]  # a lower bound on the output
         self.has_negative = bool(self.negative.any())
-        self.banks = max(sum(map(len, s.include)) for s in steering) + 1  # banks 0..most constraint tokens
+        self.banks = max(sum(len(x) for x in s.include) for s in steering) + 1  # banks 0..most constraint tokens
 
     # ----------------------------------------------------------------------------------------- the row protocol
     def start(self, max_len: Tensor) -> LexState:

@@ -17,13 +17,14 @@ eos_id; pad_id): a Marian model starts from its pad row and ends with id 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .lexical import ConstraintError, LexicalConstraint
+from .lexical import ConstraintError, LexicalConstraint, LexState
 
 
 def length_penalty(length: Tensor | float, *, kind: str, alpha: float) -> Tensor | float:
@@ -253,7 +254,7 @@ def beam_search(
         if lexical is None:
             top_score, token, origin = _candidates(scores, lprobs, k)  # (B, 2k) each
         else:  # the same shapes, in the order Dynamic Beam Allocation's banks take them
-            top_score, token, origin = lexical.candidates(rows.state, scores, lprobs, _candidates)
+            top_score, token, origin = lexical.candidates(cast(LexState, rows.state), scores, lprobs, _candidates)
         # A hypothesis ends only when its EOS ranks among the k best candidates (fairseq's and CTranslate2's rule);
         # EOS candidates ranked k+1..2k are dropped, not finished.
         is_eos = token.eq(ids.eos_id) & top_score.gt(float("-inf")) & among_k
@@ -333,7 +334,7 @@ class _Rows:
         if self.constraint is None:
             return lprobs
         if isinstance(self.constraint, LexicalConstraint):
-            return self.constraint.mask(self.state, lprobs)
+            return self.constraint.mask(cast(LexState, self.state), lprobs)
         return lprobs.masked_fill(~self.constraint.allowed(self.state), float("-inf"))
 
     def expand(self, k: int) -> None:

@@ -10,13 +10,15 @@ several parts: front.py). Per unit:
   that unit.
 Phrases and prefixes are encoded by the run's tokenizer as target text, as they would appear inside a sentence (a
 SentencePiece model marks a word's start whether it opens the sentence or not), so a phrase that must appear starts a
-word. A phrase that must not appear is also banned as it is written attached to what precedes it (French "l'homme"
-writes "homme" without the word-start mark): both spellings are negative phrases. A phrase holding a character the
+word. A phrase that must not appear is banned in every way the vocabulary's pieces can write it (up to SPELLINGS
+ways, fewest pieces first), as a word and attached to what precedes it (French "l'homme" writes "homme" without the
+word-start mark): a model does not always segment a word as the tokenizer does. A phrase holding a character the
 vocabulary cannot spell (it would come out as <unk>) is refused naming the line and the phrase.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,7 +81,7 @@ def unit_steering(units: Sequence[Unit], requests: Requests, tokenizer: Tokenize
         texts.append((include, list(given.exclude) if given else [], prefix))
     distinct = sorted({p for inc, exc, pre in texts for p in (*inc, *exc, *([pre] if pre else []))})
     ids = dict(zip(distinct, tokenizer.encode_target(distinct))) if distinct else {}
-    attached = {p: _attached(tokenizer, p) for inc, exc, pre in texts for p in exc}
+    spellings = {p: _spellings(tokenizer, p) for inc, exc, pre in texts for p in exc}
     unk = tokenizer.special.unk
     out: list[Steering | None] = []
     for unit, (include, exclude, prefix) in zip(units, texts):
@@ -93,26 +95,61 @@ def unit_steering(units: Sequence[Unit], requests: Requests, tokenizer: Tokenize
                 )
         steering = Steering(
             include=tuple(tuple(ids[p]) for p in include),
-            exclude=tuple(dict.fromkeys(v for p in exclude for v in (tuple(ids[p]), attached[p]) if v)),
+            exclude=tuple(dict.fromkeys(v for p in exclude for v in spellings[p])),
             prefix=tuple(ids[prefix]) if prefix else (),
         )
         out.append(steering or None)
     return out
 
 
-def _attached(tokenizer: Tokenizer, phrase: str) -> tuple[int, ...] | None:
-    """The phrase's ids as the tokenizer writes it right after an apostrophe (no word-start mark on its first
-    piece), or None where that spelling is the phrase's own or no piece boundary falls after the apostrophe."""
-    ids = tokenizer.encode_target(["'" + phrase])[0]
-    text = ""
-    for k, i in enumerate(ids):
-        text += tokenizer.id_to_piece(i).replace("\u2581", "")
-        if text == "'":
-            rest = tuple(ids[k + 1 :])
-            return rest if rest and rest != tuple(tokenizer.encode_target([phrase])[0]) else None
-        if text != "'"[: len(text)]:
-            return None
-    return None
+def _spellings(tokenizer: Tokenizer, phrase: str) -> list[tuple[int, ...]]:
+    """The ways the vocabulary's pieces write the phrase, as the tokenizer writes it (word start marked) and attached
+    to what precedes it (no mark on its first piece): its own encoding first, then the others with the fewest pieces,
+    at most SPELLINGS of each. A model may well take another segmentation than the tokenizer's ("ident" "iques" for
+    "identiques"), and a phrase that must not appear must not come out that way either."""
+    own = tuple(tokenizer.encode_target([phrase])[0])
+    written = "".join(tokenizer.id_to_piece(i) for i in own)
+    vocab = _vocabulary(tokenizer)
+    out = [own]
+    for text in (written, written[1:] if written.startswith(WORD_START) else ""):
+        found = [x for x in _segmentations(text, vocab) if x != own]
+        out += sorted(found, key=len)[:SPELLINGS]
+    return list(dict.fromkeys(out))
+
+
+SPELLINGS = 8  # of a negative phrase, per form (its own encoding comes on top)
+WORD_START = "\u2581"  # SentencePiece's mark of a word's first piece
+_VOCABULARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _vocabulary(tokenizer: Tokenizer) -> dict[str, int]:
+    """piece -> id of the tokenizer's vocabulary (made once per tokenizer)."""
+    if tokenizer not in _VOCABULARIES:
+        _VOCABULARIES[tokenizer] = {tokenizer.id_to_piece(i): i for i in range(tokenizer.vocab_size)}
+    return _VOCABULARIES[tokenizer]
+
+
+def _segmentations(text: str, vocab: dict[str, int], most: int = 64) -> list[tuple[int, ...]]:
+    """Up to `most` ways of writing `text` as a sequence of vocabulary pieces, longest pieces tried first."""
+    longest = 24
+    out: list[tuple[int, ...]] = []
+    ends = [False] * len(text) + [True]  # ends[i]: text[i:] can be written at all
+    for i in range(len(text) - 1, -1, -1):
+        ends[i] = any(text[i:j] in vocab and ends[j] for j in range(i + 1, min(len(text), i + longest) + 1))
+
+    def walk(i: int, ids: list[int]) -> None:
+        if len(out) >= most:
+            return
+        if i == len(text):
+            out.append(tuple(ids))
+            return
+        for j in range(min(len(text), i + longest), i, -1):
+            if ends[j] and text[i:j] in vocab:
+                walk(j, ids + [vocab[text[i:j]]])
+
+    if text:
+        walk(0, [])
+    return out
 
 
 def describe(units: Sequence[Unit], requests: Requests, j: int) -> str:
