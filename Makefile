@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	  || $(PIP) install -q "torch>=2.2" --index-url https://download.pytorch.org/whl/cpu \
 	  || true; \
 	fi
-	$(PIP) install -q -e ".[test,export,serve,hf,documents,align]"
+	$(PIP) install -q -e ".[test,export,serve,hf,documents,align,argos]"
 	touch $@
 
 setup: $(VENV)/.installed

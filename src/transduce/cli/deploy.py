@@ -1,8 +1,12 @@
-"""Deployment: export to CTranslate2 or Hugging Face, serve over HTTP (argument tables and the calls they make)."""
+"""Deployment: export to CTranslate2, Hugging Face or Argos Translate, serve over HTTP (argument tables and the calls
+they make)."""
 
 from __future__ import annotations
 
 from .common import check_precision_engine, precision_option
+
+# export/ctranslate2.py's QUANTIZATIONS, here so that the argument table does not import the export (torch)
+QUANTIZATIONS = ["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32"]
 
 
 def cmd_export(args) -> int:
@@ -22,6 +26,16 @@ def cmd_export_huggingface(args) -> int:
     return 0
 
 
+def cmd_export_argos(args) -> int:
+    from ..export.argos import export_argos, package_metadata
+
+    for out in export_argos(args.run, args.out, quantization=args.quantization, tag=args.tag):
+        meta = package_metadata(out)
+        pair = f"{meta['from_code']} → {meta['to_code']}"
+        print(f"exported {args.run} to {out} (Argos Translate package {pair}, {args.quantization or 'float32'})")
+    return 0
+
+
 def cmd_serve(args) -> int:
     from ..config import ConfigError
 
@@ -35,6 +49,8 @@ def cmd_serve(args) -> int:
     if args.exact and args.engine != "ctranslate2":
         raise ConfigError("--exact applies to --engine ctranslate2 (the torch engine is the reference)")
     check_precision_engine(args)
+    glossary = _server_glossary(args)
+    cors, api_keys = _access(args)
     serve(
         args.run,
         engine=args.engine,
@@ -46,8 +62,31 @@ def cmd_serve(args) -> int:
         precision=args.precision,
         limits=limits,
         batching=not args.no_batching,
+        glossary=glossary,
+        cors=cors,
+        api_keys=api_keys,
     )
     return 0
+
+
+def _access(args):
+    """--cors origins and --api-keys read at start: a bad origin or keys file is one line, before the model is
+    loaded (serving/access.py)."""
+    from ..serving.access import check_origins, read_api_keys
+
+    return check_origins(args.cors or []), read_api_keys(args.api_keys) if args.api_keys else None
+
+
+def _server_glossary(args):
+    """--glossary read at start (a bad file is one line naming its line, before the model is loaded), or None. A run
+    that is not a translation run is refused once loaded (serving/terminology.py)."""
+    from ..serving.terminology import check_server_glossary
+    from ..terminology import read_glossary
+
+    if not args.glossary:
+        return None
+    check_server_glossary(None, args.engine)  # before a large file is read and compiled
+    return read_glossary(args.glossary)
 
 
 def register(sub) -> None:
@@ -56,11 +95,7 @@ def register(sub) -> None:
     e = esub.add_parser("ctranslate2", help="a CTranslate2 model folder (pip install 'transduce[export]')")
     e.add_argument("run", help="run directory, or a .safetensors weights file inside one")
     e.add_argument("--out", required=True, help="a new folder (or an earlier export, replaced)")
-    e.add_argument(
-        "--quantization",
-        choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32"],
-        help="default: float32",
-    )
+    e.add_argument("--quantization", choices=QUANTIZATIONS, help="default: float32")
     e.set_defaults(func=cmd_export)
     h = esub.add_parser(
         "huggingface",
@@ -76,6 +111,21 @@ def register(sub) -> None:
     h.add_argument("run", help="run directory, or a .safetensors weights file inside one")
     h.add_argument("--out", required=True, help="a new folder (or an earlier Hugging Face export, replaced)")
     h.set_defaults(func=cmd_export_huggingface)
+    a = esub.add_parser(
+        "argos",
+        help="an Argos Translate package, NAME.argosmodel (LibreTranslate serves it; pip install 'transduce[export]')",
+        description="Write the zip that Argos Translate installs (argostranslate.package.install_from_path) and "
+        "LibreTranslate serves: one folder NAME holding metadata.json (the pair: data.src -> data.tgt), model/ (the "
+        "CTranslate2 export), sentencepiece.model and a model card (README.md). A run whose every training corpus "
+        "is tagged gives one package per tag, NAME-TAG.argosmodel (the engine puts the tag before every source). "
+        "Refused in one line: a run of another task, a vocabulary Argos cannot apply (two SentencePiece models, "
+        "lowercasing).",
+    )
+    a.add_argument("run", help="run directory, or a .safetensors weights file inside one")
+    a.add_argument("--out", required=True, help="a new file NAME.argosmodel (or an earlier package of ours, replaced)")
+    a.add_argument("--quantization", choices=QUANTIZATIONS, help="default: float32 (Argos's own packages: int8)")
+    a.add_argument("--tag", help="the one package of this tag, put before every source (as translate --tag)")
+    a.set_defaults(func=cmd_export_argos)
 
     p = sub.add_parser("serve", help="an HTTP API and a web page for a trained model (pip install 'transduce[serve]')")
     p.add_argument("run", help="run directory (translation or classification), or a CTranslate2 export folder")
@@ -96,6 +146,25 @@ def register(sub) -> None:
     p.add_argument("--device", default="auto")
     precision_option(p)
     p.add_argument("--no-batching", action="store_true", help="decode requests one at a time")
+    p.add_argument(
+        "--glossary",
+        metavar="TSV",
+        help="source term<TAB>target term per line, applied to every translation request (a request's own "
+        "glossary entries win); a translation run on the torch engine only",
+    )
+    p.add_argument(
+        "--cors",
+        action="append",
+        metavar="ORIGIN",
+        help="let pages of this origin call the API (e.g. https://example.org, moz-extension://UUID, or * for any); "
+        "repeatable; default: none (no CORS headers)",
+    )
+    p.add_argument(
+        "--api-keys",
+        metavar="FILE",
+        help="one key a line: /v1/* (Authorization: Bearer KEY), /translate and /detect (LibreTranslate's api_key) "
+        "then need one of them; default: no keys",
+    )
     p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
     p.add_argument("--max-chars", type=int, default=2000, help="characters per sentence")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds before a request gets 504")

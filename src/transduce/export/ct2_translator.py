@@ -305,7 +305,7 @@ class CTranslate2Translator:
             raise ConfigError(f"a prefix of {longest_prefix} tokens and EOS exceed the output limit {max_output}")
         if max_output <= 1:  # only EOS fits: we force it at once, the engine cannot be asked for 0 steps
             return [[Translation("", 0.0, [])] for _ in sources]
-        given = {"target_prefix": [[self.pieces[i] for i in ids] for ids in prefixes]} if longest_prefix else {}
+        given = {"target_prefix": [[self.pieces[i] for i in ids] for ids in prefixes or []]} if longest_prefix else {}
         results = self.engine.translate_batch(
             [[self.pieces[i] for i in ids] for ids in sources],
             max_decoding_length=max_output - 1,

@@ -1,5 +1,6 @@
 """The model card (README.md) of a Hugging Face export: what the run was trained on, how, and what its run directory
-recorded (metrics.jsonl's validations, best.json, data/summary.json), with how to load and run the model."""
+recorded (metrics.jsonl's validations, best.json, data/summary.json), with how to load and run the model. An Argos
+package's card (export/argos.py) ends with the same record (`run_record`)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,11 @@ def model_card(run_dir: Path, config: Config, *, weights: Path, hf_class: str, m
         _recipe(config),
     ]
     return "\n".join(part for part in parts if part)
+
+
+def run_record(run_dir: Path, config: Config, *, weights: Path) -> str:
+    """The sections every export's card ends with: the data, what the run recorded, the recipe (export/argos.py)."""
+    return "\n".join([_data_section(run_dir, config), _figures(run_dir, weights), _recipe(config)])
 
 
 def _front_matter(config: Config, hf_class: str) -> str:

@@ -1,7 +1,8 @@
 """Serving a trained model over HTTP: the service (service.py: limits, loading a run) with its dynamic batching
-(batcher.py), the HTTP layer (app.py: FastAPI routes, messages.py: the JSON bodies), and a page for people.
+(batcher.py), the HTTP layer (app.py: FastAPI routes, messages.py: the JSON bodies), LibreTranslate's API
+(libretranslate.py), API keys and CORS (access.py), and a page for people.
 
-Needs the optional `serve` dependencies (fastapi, uvicorn).
+Needs the optional `serve` dependencies (fastapi, uvicorn; py3langid for LibreTranslate's language detection).
 """
 
 from .app import create_app, run_server, serve

@@ -2,7 +2,7 @@
 
 Routes: `GET /health`, `GET /v1/info`, the task's own routes (`POST /v1/translate` and `POST /v1/attention` for a
 translation model, `POST /v1/classify` for a classifier, `POST /v1/parse` and `POST /v1/attention` for a parser), the
-page at `/`, and FastAPI's OpenAPI page at `/docs`.
+page at `/`, and FastAPI's OpenAPI page at `/docs`; for a translation run, LibreTranslate's API (libretranslate.py).
 Every error is JSON, `{"error": {"code", "message", ...}}`, and an error caused by a limit names it
 (`"limit": "max_sentences", "max": 64`): a client should learn which knob it hit without reading server logs.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import errno
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,11 @@ from fastapi.responses import JSONResponse, Response
 
 from ..config import registry
 from ..config.registry import load
+from ..terminology import Glossary
+from .access import ApiKeys, add_cors
 from .batcher import DynamicBatcher, RunBatch
+from .libretranslate import PATHS as LIBRE_PATHS
+from .libretranslate import libretranslate_routes, served_pairs
 from .messages import (
     AttentionRequest,
     AttentionResponse,
@@ -38,6 +42,7 @@ from .messages import (
     ParseResponse,
     Prediction,
 )
+from .middleware import BodyLimit, KeyCheck, OtherMethods
 from .service import (
     ApiError,
     Limits,
@@ -50,6 +55,7 @@ from .service import (
     token_counter,
     translation_batch,
 )
+from .terminology import check_server_glossary
 from .translation import attention_response, translation_routes
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -242,80 +248,6 @@ async def _internal_error(request: Request, error: Exception) -> JSONResponse:
     return _respond(ApiError(500, "internal_error", f"the server failed on this request ({type(error).__name__})"))
 
 
-class BodyLimit:
-    """ASGI middleware: refuse a request body over `max_bytes` with 413 before any route parses it.
-
-    A declared Content-Length is checked up front; a chunked body is counted as it arrives. The body is then
-    handed on whole (it is at most max_bytes).
-    """
-
-    def __init__(self, app: Callable, *, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers", ())).get(b"content-length", b"0")
-        if not declared.isdigit() or int(declared) > self.max_bytes:
-            return await self._refuse(scope, receive, send)
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return None
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            more = message.get("more_body", False)
-            if size > self.max_bytes:
-                return await self._refuse(scope, receive, send)
-        body, delivered = b"".join(chunks), False
-
-        async def replay() -> dict:
-            nonlocal delivered
-            if delivered:
-                return await receive()
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        return await self.app(scope, replay, send)
-
-    async def _refuse(self, scope: dict, receive: Callable, send: Callable) -> None:
-        error = ApiError(
-            413,
-            "limit_exceeded",
-            f"the request body is over {self.max_bytes} bytes",
-            limit="max_body_bytes",
-            max=self.max_bytes,
-        )
-        await _respond(error)(scope, receive, send)
-
-
-class OtherMethods:
-    """ASGI middleware: HEAD of a GET route is answered as GET without its body (same status and headers); OPTIONS
-    of a route is 204 with an `Allow` header listing its methods (no CORS headers: a page of another origin still
-    may not call the API). A path that is no route stays 404; HEAD of a POST-only route stays 405 with `Allow`."""
-
-    def __init__(self, app: Callable, *, methods: Mapping[str, set[str]]) -> None:
-        self.app, self.methods = app, methods  # path -> its methods (filled by create_app once the routes are in)
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope["method"] not in ("HEAD", "OPTIONS"):
-            return await self.app(scope, receive, send)
-        methods = self.methods.get(scope["path"], set())
-        if scope["method"] == "OPTIONS" and methods:
-            allow = ", ".join(sorted(methods | {"OPTIONS"} | ({"HEAD"} if "GET" in methods else set())))
-            return await Response(status_code=204, headers={"Allow": allow})(scope, receive, send)
-        if scope["method"] == "HEAD" and "GET" in methods:
-
-            async def headers_only(message: dict) -> None:
-                if message["type"] == "http.response.body":
-                    message = {**message, "body": b""}
-                await send(message)
-
-            return await self.app({**scope, "method": "GET"}, receive, headers_only)
-        return await self.app(scope, receive, send)
-
-
 # ---------------------------------------------------------------------------------------------------- the app
 def create_app(
     predictor: Any,
@@ -326,13 +258,21 @@ def create_app(
     metadata: Mapping[str, Any] | None = None,
     batch_tokens: int = 4096,
     max_wait_ms: float = 5.0,
+    glossary: Glossary | None = None,
+    cors: Sequence[str] = (),
+    api_keys: ApiKeys | None = None,
 ) -> FastAPI:
     """The FastAPI app serving `predictor` (a Translator, a Classifier, or an object with the same methods).
 
     batching=False decodes one request at a time (the baseline the load benchmark compares with).
     metadata: what /v1/info adds about the run (e.g. {"languages": {"source": "en", "target": "de"}}).
+    glossary: the server's (serve --glossary), applied to every translation request (serving/terminology.py).
+    A translation run with languages also gets LibreTranslate's routes (libretranslate.py). cors: the origins whose
+    pages may call the server; api_keys: the keys /v1/*, /translate and /detect then need (access.py).
     """
     task, limits = task_of(predictor), limits or Limits()
+    if glossary is not None:
+        check_server_glossary(task, engine)
     spec = served_tasks()[task]
     batcher = DynamicBatcher(
         spec.run_batch(predictor, batch_tokens),
@@ -350,6 +290,7 @@ def create_app(
         batching=batching,
         metadata=dict(metadata or {}),
         describe=spec.describe,
+        glossary=glossary,
     )
 
     @asynccontextmanager
@@ -359,14 +300,20 @@ def create_app(
 
     app = FastAPI(title="transduce", summary=f"A {task} model served over HTTP.", lifespan=lifespan)
     app.state.service = service
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, plain_paths=LIBRE_PATHS)
     methods: dict[str, set[str]] = {}  # every route's path (none has parameters) and its methods
     app.add_middleware(OtherMethods, methods=methods)
+    if api_keys is not None:
+        app.add_middleware(KeyCheck, keys=api_keys)
+    if cors:
+        add_cors(app, cors)  # outermost: preflights are answered before the key check
     # Starlette types a handler as taking any Exception, though it only calls it with the class it is registered for
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _internal_error)
-    routers = (common_routes(service), spec.routes(service), page_routes())
+    pairs = served_pairs(service)
+    libre = [libretranslate_routes(pairs, keys=api_keys)] if pairs else []
+    routers = (common_routes(service), spec.routes(service), *libre, page_routes())
     for router in routers:
         app.include_router(router)
     for route in [r for router in routers for r in router.routes] + list(app.router.routes):  # app's own: /docs
@@ -414,10 +361,10 @@ def is_loopback(host: str) -> bool:
     return all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
 
 
-def network_warning(host: str) -> str | None:
-    """The warning `serve` prints for a host other than loopback (None for loopback): the API has no
-    authentication, so anyone who can reach the machine can use the model."""
-    if is_loopback(host):
+def network_warning(host: str, *, keys: bool = False) -> str | None:
+    """The warning `serve` prints for a host other than loopback (None for loopback, or with API keys): without
+    keys the API has no authentication, so anyone who can reach the machine can use the model."""
+    if keys or is_loopback(host):
         return None
     return (
         f"warning: --host {host} makes the server reachable from the network, and its API has no authentication: "
@@ -453,10 +400,13 @@ def serve(
     max_wait_ms: float = 5.0,
     graceful_timeout_s: int = 30,
     log_level: str = "info",
+    glossary: Glossary | None = None,
+    cors: Sequence[str] = (),
+    api_keys: ApiKeys | None = None,
 ) -> None:
     """Serve a run directory over HTTP (loopback only unless `host` says otherwise) until SIGTERM or Ctrl-C."""
     check_address(host, port)  # before the model is loaded: a taken port is one line, at once
-    warning = network_warning(host)
+    warning = network_warning(host, keys=api_keys is not None)
     if warning is not None:
         print(warning, file=sys.stderr)
     predictor, metadata = load_predictor(
@@ -470,5 +420,8 @@ def serve(
         metadata=metadata,
         batch_tokens=batch_tokens,
         max_wait_ms=max_wait_ms,
+        glossary=glossary,
+        cors=cors,
+        api_keys=api_keys,
     )
     run_server(app, host=host, port=port, graceful_timeout_s=graceful_timeout_s, log_level=log_level)

@@ -4,15 +4,28 @@ are what the routes answer."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from ..terminology.constraints import MAX_PHRASE_CHARS, MAX_PHRASES, MAX_PREFIX_CHARS
+from ..terminology.glossary import MAX_TERM_CHARS
 
 
 class _Strict(BaseModel):
     # a misspelt option is refused, never silently ignored; strict: no coercion between types (pydantic's lax mode
     # reads "4" and true as the integers 4 and 1); a JSON integer is still a valid float
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ConstraintsIn(_Strict):
+    include: list[str] = Field(
+        default_factory=list, description="Target phrases the translation must contain (whole, in any order)."
+    )
+    exclude: list[str] = Field(default_factory=list, description="Target phrases it must not contain.")
+
+
+GlossaryEntry = Annotated[list[str], Field(min_length=2, max_length=2)]  # [source term, target term]
 
 
 class TranslateRequest(_Strict):
@@ -52,6 +65,24 @@ class TranslateRequest(_Strict):
         False,
         description="Also each translation's word alignment: [source word, target word] pairs, 0-based, words split "
         "at whitespace (format text only).",
+    )
+    constraints: list[ConstraintsIn | None] | None = Field(
+        None,
+        description="One entry per text (null: none): target phrases its translation must and must not contain, "
+        f"at most {MAX_PHRASES} phrases of {MAX_PHRASE_CHARS} characters. A text with phrases to include must be "
+        "one sentence (split 'lines', or a one-sentence paragraph); format text only.",
+    )
+    prefix: list[str | None] | None = Field(
+        None,
+        description="One entry per text (null or '': none): the text its translation starts with, as written, at "
+        f"most {MAX_PREFIX_CHARS} characters; format text only.",
+    )
+    glossary: list[GlossaryEntry] | None = Field(
+        None,
+        description="[source term, target term] pairs for this request, merged over the server's glossary (an entry "
+        "here replaces the server's for the same term): a sentence holding a source term (whole words, any case) must "
+        "contain its target term; a target equal to its source keeps the term untranslated. At most the server's "
+        f"max_glossary_entries (/v1/info) entries of {MAX_TERM_CHARS} characters a term; every format.",
     )
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # imported where used: loading one predictor does not import 
     from ..decoding.parser import Parser
     from ..decoding.translator import Translator
     from ..export.ct2_translator import CTranslate2Translator
+    from ..terminology import Constraints, Glossary
 
 T = TypeVar("T")
 
@@ -34,6 +35,7 @@ class Limits:
     max_body_bytes: int = 1_000_000  # request body (413)
     max_beam: int = 16  # 1 <= nbest <= beam <= max_beam (422); the run's own default beam is always allowed
     max_attention_pieces: int = 100  # /v1/attention: pieces per side (422), the CLI's picture limit (plot.MAX_PIECES)
+    max_glossary_entries: int = 1000  # /v1/translate: entries of a request's own glossary (422), compiled per request
     timeout_s: float = 30.0  # a request not answered by then gets 504
 
     def __post_init__(self) -> None:
@@ -65,6 +67,7 @@ LIMIT_RANGES = {
     "max_body_bytes": (1, 100_000_000),
     "max_beam": (1, 64),  # the CLI's --beam bound
     "max_attention_pieces": (1, 100),  # the pictures' bound (plot.MAX_PIECES)
+    "max_glossary_entries": (1, 100_000),  # a glossary file's bound (terminology.glossary.MAX_ENTRIES)
     "timeout_s": (0, 3600),
 }
 LIMIT_FLAGS = {"max_sentences": "--max-sentences", "max_chars": "--max-chars", "timeout_s": "--timeout"}
@@ -95,6 +98,12 @@ class DecodeOptions:
     alone: int = 0
     split: str = "sentences"  # paragraphs (documents/sentences.py), the server's default; "lines": one sentence each
     alignment: bool = False
+    # terminology (decoding/steering.py, serving/terminology.py): per text its constraints and prefix, which fit only
+    # the request's own texts (a request with them is set apart: `alone`), and the glossary: the server's (the same
+    # object in every request's options: they still batch together), or a request's own merged over it (set apart)
+    constraints: tuple[Constraints | None, ...] | None = None
+    prefixes: tuple[str | None, ...] | None = None
+    glossary: Glossary | None = None
 
     def shown(self) -> dict[str, Any]:
         """What /v1/info reports of the defaults: beam, alpha and nbest."""
@@ -105,7 +114,12 @@ class DecodeOptions:
         topk, topp, temperature, seed = self.sampling
         given = {"sampling_topk": topk, "sampling_topp": topp, "temperature": temperature, "seed": seed}
         words = {"split": self.split, "alignment": self.alignment}
-        return {k: v for k, v in {**given, "tag": self.tag, **words}.items() if v is not None}
+        terms = {
+            "constraints": None if self.constraints is None else list(self.constraints),
+            "prefixes": None if self.prefixes is None else list(self.prefixes),
+            "glossary": self.glossary,
+        }
+        return {k: v for k, v in {**given, "tag": self.tag, **words, **terms}.items() if v is not None}
 
 
 # ---------------------------------------------------------------------------------------------------- service
@@ -121,6 +135,7 @@ class Service:
     batching: bool
     metadata: Mapping[str, Any] = field(default_factory=dict)
     describe: Callable[[Any], dict[str, Any]] = lambda _: {}  # what the task adds to /v1/info (its app.TaskSpec)
+    glossary: Glossary | None = None  # the server's (serve --glossary), applied to every translation request
 
     async def within_timeout(self, work: Awaitable[T]) -> T:
         try:
@@ -181,6 +196,7 @@ class Service:
             **self.metadata,
             "parameters": _parameters(self.predictor),
             **self.describe(self.predictor),
+            **({"glossary": {"entries": len(self.glossary)}} if self.glossary is not None else {}),
             "limits": {**asdict(self.limits), "max_beam": self.max_beam},
             "batching": {
                 "enabled": self.batching,
@@ -214,7 +230,12 @@ def decode_defaults(predictor: Any) -> DecodeOptions:
     return DecodeOptions(beam=getattr(decode, "beam", 4), alpha=getattr(decode, "alpha", 0.6), nbest=1)
 
 
-_ALONE = itertools.count(1)  # the numbers that keep sampling requests out of shared calls
+_ALONE = itertools.count(1)  # the numbers that keep sampling and terminology requests out of shared calls
+
+
+def set_apart(options: DecodeOptions) -> DecodeOptions:
+    """`options` with a number of their own: the request they belong to shares no model call."""
+    return dataclasses.replace(options, alone=next(_ALONE))
 
 
 def decode_options(
@@ -249,7 +270,7 @@ def decode_options(
     )
     if any(v is not None for v in sampling) or tag is not None:
         _check_decoding(service.predictor, options)
-    return dataclasses.replace(options, alone=next(_ALONE)) if samples else options
+    return set_apart(options) if samples else options
 
 
 def _samples(predictor: Any, topk: int | None) -> bool:

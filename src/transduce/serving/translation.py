@@ -1,9 +1,10 @@
 """The translation routes of the HTTP API (app.py builds the app): `POST /v1/translate` (sentences, paragraphs, word
-links, or whole documents of another format) and `POST /v1/attention` (the maps the page draws; the parser's route
-uses the same)."""
+links, or whole documents of another format; terminology: terminology.py) and `POST /v1/attention` (the maps the page
+draws; the parser's route uses the same)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,7 @@ from .messages import (
     TranslationOut,
 )
 from .service import ApiError, DecodeOptions, Service, decode_defaults, decode_options
+from .terminology import with_terminology
 
 
 def _translation_out(hypotheses: list, nbest: int) -> TranslationOut:
@@ -56,12 +58,15 @@ def translation_routes(service: Service) -> APIRouter:
             alignment=request.alignment,
         )
         service.check_texts(request.text)
+        options = await with_terminology(service, request, options)
         if request.format != "text":
-            documents = await service.within_timeout(_documents(service, request.text, request.format, options))
+            documents = await service.within_timeout(
+                translate_documents(service, request.text, request.format, options)
+            )
             return TranslateResponse(
                 translations=[TranslationOut(text=d, score=0.0, alignment=None, nbest=None) for d in documents]
             )
-        results = await service.within_timeout(service.batcher.submit(request.text, options))
+        results = await translate_texts(service, request.text, options)
         return TranslateResponse(translations=[_translation_out(h, options.nbest) for h in results])
 
     if hasattr(service.predictor, "attention"):
@@ -75,7 +80,21 @@ def translation_routes(service: Service) -> APIRouter:
     return router
 
 
-async def _documents(service: Service, texts: list[str], fmt: str, options: DecodeOptions) -> list[str]:
+async def translate_texts(service: Service, texts: list[str], options: DecodeOptions) -> list:
+    """Each text's hypotheses through the batcher; what the decoder refuses for this request (constraints no output
+    within the limit can meet, a phrase to include in a text of several sentences, a phrase the vocabulary cannot
+    spell, a tokenizer's refusal) is a 422 with its message. A batch that fails is retried request by request
+    (batcher.py), so the error is this request's alone, and its "line N" counts this request's texts from 1."""
+    from ..config import ConfigError
+    from ..data import DataError
+
+    try:
+        return await service.within_timeout(service.batcher.submit(texts, options))
+    except (ConfigError, DataError) as err:
+        raise ApiError(422, "invalid_request", str(err)) from None
+
+
+async def translate_documents(service: Service, texts: list[str], fmt: str, options: DecodeOptions) -> list[str]:
     """Each text translated as a document of `fmt` on the model thread (decoding/documents.py); a document that
     cannot be read (malformed XML, a broken subtitle timing) is a 422 naming its index and line."""
     from ..config import ConfigError
@@ -104,8 +123,9 @@ async def attention_response(
     """The attention maps of `request` on the model thread; with no target given, the model's own output (decoded
     through the batcher with default options, so it is exactly what the task's route answers) is the target."""
     target = request.target
-    if target is None:
-        output = (await service.batcher.submit([request.text], decode_defaults(service.predictor)))[0]
+    if target is None:  # the options of a request that asks for nothing (the server's glossary included)
+        options = dataclasses.replace(decode_defaults(service.predictor), glossary=service.glossary)
+        output = (await service.batcher.submit([request.text], options))[0]
         target = target_of(output)
     maps = await service.batcher.call(service.predictor.attention, request.text, target)
     cap = service.limits.max_attention_pieces
