@@ -23,7 +23,7 @@ from transduce.data import read_lines, resolve_path
 from transduce.decoding.mbr import mbr_rerank
 from transduce.decoding.translator import Translator
 from transduce.metrics import score
-from transduce.training.checkpoint import find_weights
+from transduce.runs import find_weights
 
 
 def main() -> None:

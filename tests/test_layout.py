@@ -15,7 +15,7 @@ LAYERS = (
     ("config",),
     ("device",),
     ("model", "data"),
-    ("hf", "documents", "terminology"),
+    ("hf", "documents", "terminology", "runs"),
     ("training", "decoding"),
     ("tasks", "export"),
     ("serving", "plot", "demo", "options_reference"),
@@ -24,7 +24,6 @@ LAYERS = (
 )
 # imports across packages of one layer, each with its reason; any other is refused like an upward one
 ALLOWED = {
-    ("decoding", "training.checkpoint"): "a predictor reads a run directory's weights",
     ("data.treebank", "decoding.constraints"): "TargetVocab.constraint() builds the tree constraint over its ids",
 }
 
@@ -131,3 +130,12 @@ def test_the_papers_model_and_the_search_know_no_parsing():
         if name == "decoding/ensemble.py":
             found -= {"parse", "parser", "parsers", "parsing"}
         assert not found, f"{name} names {sorted(found)}"
+
+
+def test_what_opens_a_run_imports_nothing_from_training():
+    """Predictors, exports and the server open runs through runs.py (issue 75 item 5), never through training/."""
+    wrong = []
+    for package in ("decoding", "export", "serving"):
+        for path in sorted((SRC / package).rglob("*.py")):
+            wrong += [f"{_module(path)} -> {t}" for t in _imports(path) if t.split(".")[0] == "training"]
+    assert not wrong, "\n".join(wrong)

@@ -14,7 +14,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from ..export.ctranslate2 import ExportError  # does not import ctranslate2 itself
     from ..export.hf_import import HFImportError
     from ..outputs import OutputError
-    from ..training.checkpoint import CheckpointError
+    from ..runs import CheckpointError
     from ..training.loop import TrainingError
 
     return (

@@ -49,10 +49,11 @@ def cmd_serve(args) -> int:
     if args.exact and args.engine != "ctranslate2":
         raise ConfigError("--exact applies to --engine ctranslate2 (the torch engine is the reference)")
     check_precision_engine(args)
+    runs = _runs(args)
     glossary = _server_glossary(args)
     cors, api_keys = _access(args)
     serve(
-        args.run,
+        runs,
         engine=args.engine,
         exact=args.exact,
         threads=args.threads,
@@ -67,6 +68,16 @@ def cmd_serve(args) -> int:
         api_keys=api_keys,
     )
     return 0
+
+
+def _runs(args):
+    """The runs to serve (a folder of runs is its runs), refused in one line before anything is loaded where several
+    cannot be served together (serving/pairs.py)."""
+    from ..serving.pairs import check_runs, runs_of
+
+    runs = runs_of(args.runs)
+    check_runs(runs, args.engine, glossary=bool(args.glossary))
+    return runs
 
 
 def _access(args):
@@ -128,7 +139,14 @@ def register(sub) -> None:
     a.set_defaults(func=cmd_export_argos)
 
     p = sub.add_parser("serve", help="an HTTP API and a web page for a trained model (pip install 'transduce[serve]')")
-    p.add_argument("run", help="run directory (translation or classification), or a CTranslate2 export folder")
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="run directory (translation, classification or parsing), or a CTranslate2 export folder; several "
+        "translation runs (or a folder holding them) serve one language pair each, requests routed by source and "
+        "target",
+    )
     p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch")
     p.add_argument(
         "--exact",
@@ -139,7 +157,8 @@ def register(sub) -> None:
         "--threads",
         type=int,
         default=0,
-        help="CPU threads for the model (0: the engine's default); fewer than the cores leaves room for the HTTP side",
+        help="CPU threads for the model (0: the engine's default); fewer than the cores leaves room for the HTTP side; "
+        "with several runs, for each model in turn (they decode one at a time)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
@@ -150,7 +169,7 @@ def register(sub) -> None:
         "--glossary",
         metavar="TSV",
         help="source term<TAB>target term per line, applied to every translation request (a request's own "
-        "glossary entries win); a translation run on the torch engine only",
+        "glossary entries win); one translation run on the torch engine only",
     )
     p.add_argument(
         "--cors",

@@ -9,7 +9,7 @@ def _attention_source(run: str, device: str):
     """The model whose attention is drawn: a Translator, or a Parser for a parsing run (its targets are trees)."""
     from ..config import read_config_dict
     from ..decoding.translator import Translator
-    from ..training.checkpoint import find_weights
+    from ..runs import find_weights
 
     run_dir, _ = find_weights(run)
     if read_config_dict(run_dir / "config.json").get("task") == "parsing":

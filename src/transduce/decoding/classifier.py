@@ -18,7 +18,7 @@ from ..data.labelled import HTML_TAG, LabelledSplit, collate_labelled, encode_te
 from ..data.tokenizer import Tokenizer
 from ..device import pick_device
 from ..model.classifier import TransformerClassifier
-from ..training.checkpoint import find_weights, load_weights, read_run_config
+from ..runs import load_weights, open_run
 from .front import check_sentences
 
 LABELS = "labels.json"  # RUN/labels.json: the class names, in the order of the model's outputs
@@ -48,12 +48,12 @@ class Classifier:
 
     @classmethod
     def from_run(cls, path: str | Path, *, device: str = "auto") -> Classifier:
-        run_dir, weights = find_weights(path)
-        config = read_run_config(run_dir, "classification")
+        run = open_run(path, "classification")
+        config = run.config
         model = TransformerClassifier(config.model, config.head, max_len=config.data.max_len)
-        load_weights(model, weights)
-        labels = json.loads((run_dir / LABELS).read_text(encoding="utf-8"))
-        return cls(model.to(pick_device(device)).eval(), Tokenizer(run_dir / "tokenizer.model"), labels, config)
+        load_weights(model, run.weights)
+        labels = json.loads((run.folder / LABELS).read_text(encoding="utf-8"))
+        return cls(model.to(pick_device(device)).eval(), run.tokenizer(), labels, config)
 
     def predict_proba(self, texts: Sequence[str]) -> Tensor:
         """(len(texts), classes) probabilities; one string is one text (a (classes,) row comes back)."""

@@ -31,8 +31,8 @@ from ..data.trees import Tree, delinearize, escape_word, linearize, normalize, p
 from ..device import pick_device
 from ..model import PointerTransformer
 from ..model.pointer import PointerCache
-from ..training.checkpoint import find_weights, load_weights
-from ..training.checkpoint import read_run_config as read_task_config
+from ..runs import find_weights, load_weights
+from ..runs import read_run_config as read_task_config
 from .constraints import LEAF, TreeConstraint, TreeState
 from .ensemble import Ensemble, EnsembleCache
 from .front import check_sentences

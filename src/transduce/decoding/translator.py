@@ -12,12 +12,11 @@ from typing import Any, cast, overload
 import torch
 
 from ..config import DecodeConfig
-from ..data.marian import load_tokenizer
 from ..data.tokenizer import Tokenizer
 from ..device import pick_device
 from ..model import Transformer
+from ..runs import load_weights, open_run
 from ..terminology import Constraints, Glossary
-from ..training.checkpoint import find_weights, load_weights, read_run_config
 from . import front
 from .ensemble import Ensemble
 from .front import Decoded, Translation
@@ -29,8 +28,7 @@ __all__ = ["AttentionMaps", "Decoded", "PairScore", "Translation", "Translator"]
 
 def _languages(path: str | Path) -> tuple[str, str]:
     """(source, target) language of a run directory or a weights file in one."""
-    run_dir, _ = find_weights(path)
-    data = read_run_config(run_dir, "translation").data
+    data = open_run(path, "translation").config.data
     return data.src, data.tgt
 
 
@@ -122,13 +120,12 @@ class Translator:
     def from_run(cls, path: str | Path, *, device: str = "auto", precision: str = "fp32") -> Translator:
         """Load config, tokenizer and weights (safetensors) from a run directory or a weights file in one.
         `precision` "bf16" decodes and scores in bfloat16 autocast (decoding_autocast)."""
-        run_dir, weights = find_weights(path)
-        config = read_run_config(run_dir, "translation")
-        model = Transformer(config.model)
-        load_weights(model, weights)
+        run = open_run(path, "translation")
+        model = Transformer(run.config.model)
+        load_weights(model, run.weights)
         model.to(pick_device(device)).eval()
-        tokenizer = load_tokenizer(run_dir / "tokenizer.model")
-        return cls(model, tokenizer, decode=config.decode, precision=precision, language=config.data.src)
+        config = run.config
+        return cls(model, run.tokenizer(), decode=config.decode, precision=precision, language=config.data.src)
 
     @classmethod
     def from_runs(cls, paths: list[str | Path], *, device: str = "auto", precision: str = "fp32") -> Translator:

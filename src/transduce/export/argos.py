@@ -54,7 +54,7 @@ from ..config import Config, ConfigError, read_config, task_name
 from ..data.marian import MarianVocab, load_tokenizer
 from ..data.tokenizer import Tokenizer, TokenizerError
 from ..outputs import MANIFEST, OutputError, atomic_write
-from ..training.checkpoint import find_weights
+from ..runs import find_weights
 from .ctranslate2 import QUANTIZATIONS, ExportError, export_ctranslate2
 from .huggingface import TOKENIZER_SETTINGS
 from .model_card import run_record

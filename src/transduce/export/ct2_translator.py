@@ -49,7 +49,7 @@ from ..decoding.front import Decoded, Translation
 from ..decoding.search import Sampling, length_penalty
 from ..decoding.translator import PairScore
 from ..outputs import MANIFEST, read_manifest
-from ..training.checkpoint import find_weights
+from ..runs import find_weights
 from .ctranslate2 import ExportError, _ctranslate2, _pieces, export_ctranslate2, is_export
 
 

@@ -31,11 +31,10 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from ..data.marian import load_tokenizer
 from ..data.tokenizer import Tokenizer
 from ..model import Transformer, alignment
 from ..outputs import CT2_EXPORT, atomic_folder, check_replaceable, read_manifest
-from ..training.checkpoint import find_weights, load_weights, read_run_config
+from ..runs import load_weights, open_run
 
 KIND = CT2_EXPORT  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
 FORMAT_VERSION = 1
@@ -216,9 +215,8 @@ def export_ctranslate2(run: str | Path, out: str | Path, *, quantization: str | 
         raise ExportError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
     out = Path(out)
     check_replaceable(out, KIND)  # refuse early, before the work
-    run_dir, weights = find_weights(run)
-    config = read_run_config(run_dir, "translation")
-    tokenizer = load_tokenizer(run_dir / "tokenizer.model")
+    opened = open_run(run, "translation")
+    run_dir, weights, config, tokenizer = opened.folder, opened.weights, opened.config, opened.tokenizer()
     check_exportable(config.model, tokenizer)  # before loading weights: refuse early
     model = Transformer(config.model)
     load_weights(model, weights)

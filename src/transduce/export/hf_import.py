@@ -30,7 +30,7 @@ from ..data.tokenizer import SpecialIds
 from ..hf.layout import LayoutError, from_marian
 from ..model import Transformer
 from ..outputs import OutputError, atomic_folder, read_manifest
-from ..training.checkpoint import save_weights
+from ..runs import save_weights
 
 KIND = "run"  # an imported model is a run directory (its manifest also says where it came from: "imported_from")
 WEIGHTS, INDEX, PICKLES = "model.safetensors", "model.safetensors.index.json", ("pytorch_model.bin", "model.bin")

@@ -54,7 +54,7 @@ from ..data.tokenizer import Tokenizer
 from ..hf.layout import PEGASUS, model_class, to_marian
 from ..model import Transformer
 from ..outputs import atomic_folder, check_replaceable, read_manifest
-from ..training.checkpoint import find_weights, load_weights
+from ..runs import find_weights, load_weights
 from .ctranslate2 import ExportError, special_id_problems
 from .model_card import model_card
 

@@ -3,6 +3,7 @@
 Routes: `GET /health`, `GET /v1/info`, the task's own routes (`POST /v1/translate` and `POST /v1/attention` for a
 translation model, `POST /v1/classify` for a classifier, `POST /v1/parse` and `POST /v1/attention` for a parser), the
 page at `/`, and FastAPI's OpenAPI page at `/docs`; for a translation run, LibreTranslate's API (libretranslate.py).
+Several translation runs make one server of several language pairs (pairs.py: `create_pairs_app`, `serve RUN...`).
 Every error is JSON, `{"error": {"code", "message", ...}}`, and an error caused by a limit names it
 (`"limit": "max_sentences", "max": 64`): a client should learn which knob it hit without reading server logs.
 
@@ -14,9 +15,9 @@ function, and the registry line naming it (the parser was added that way).
 
 from __future__ import annotations
 
-import errno
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +31,10 @@ from ..config import registry
 from ..config.registry import load
 from ..terminology import Glossary
 from .access import ApiKeys, add_cors
-from .batcher import DynamicBatcher, RunBatch
+from .address import check_address, network_warning
+from .batcher import DynamicBatcher, RunBatch, model_executor
 from .libretranslate import PATHS as LIBRE_PATHS
-from .libretranslate import libretranslate_routes, served_pairs
+from .libretranslate import libretranslate_routes
 from .messages import (
     AttentionRequest,
     AttentionResponse,
@@ -43,6 +45,7 @@ from .messages import (
     Prediction,
 )
 from .middleware import BodyLimit, KeyCheck, OtherMethods
+from .pairs import Pairs, check_glossary, load_models, pairs_info, pairs_of, runs_of
 from .service import (
     ApiError,
     Limits,
@@ -50,7 +53,6 @@ from .service import (
     classification_batch,
     decode_defaults,
     decode_options,
-    load_predictor,
     parsing_batch,
     token_counter,
     translation_batch,
@@ -175,18 +177,19 @@ def task_of(predictor: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- common routes
-def common_routes(service: Service) -> APIRouter:
+def common_routes(services: Sequence[Service]) -> APIRouter:
     router = APIRouter(tags=["server"])
 
     @router.get("/health")
     async def health() -> dict[str, str]:
         """Liveness: answers while the server accepts requests."""
-        return {"status": "ok", "task": service.task}
+        return {"status": "ok", "task": services[0].task}
 
     @router.get("/v1/info")
     async def info() -> dict[str, Any]:
-        """Task, languages, parameter count, engine, limits and batching settings."""
-        return service.info()
+        """Task, languages, parameter count, engine, limits and batching settings (with several language pairs:
+        each pair's under `pairs`)."""
+        return services[0].info() if len(services) == 1 else pairs_info(services)
 
     return router
 
@@ -249,6 +252,9 @@ async def _internal_error(request: Request, error: Exception) -> JSONResponse:
 
 
 # ---------------------------------------------------------------------------------------------------- the app
+Served = tuple[Any, Mapping[str, Any]]  # a predictor and what /v1/info tells of it (its run, its languages)
+
+
 def create_app(
     predictor: Any,
     *,
@@ -270,36 +276,94 @@ def create_app(
     A translation run with languages also gets LibreTranslate's routes (libretranslate.py). cors: the origins whose
     pages may call the server; api_keys: the keys /v1/*, /translate and /detect then need (access.py).
     """
-    task, limits = task_of(predictor), limits or Limits()
+    return create_pairs_app(
+        [(predictor, metadata or {})],
+        limits=limits,
+        batching=batching,
+        engine=engine,
+        batch_tokens=batch_tokens,
+        max_wait_ms=max_wait_ms,
+        glossary=glossary,
+        cors=cors,
+        api_keys=api_keys,
+    )
+
+
+def create_pairs_app(
+    models: Sequence[Served],
+    *,
+    limits: Limits | None = None,
+    batching: bool = True,
+    engine: str = "torch",
+    batch_tokens: int = 4096,
+    max_wait_ms: float = 5.0,
+    glossary: Glossary | None = None,
+    cors: Sequence[str] = (),
+    api_keys: ApiKeys | None = None,
+) -> FastAPI:
+    """The app serving several translation models, one per language pair (their metadata's "languages"), as
+    `create_app` serves one: each model has its own batcher, all on one model thread, and a request goes to the pair
+    it names (pairs.py). Models of another task, with unknown languages or of one pair are refused (ConfigError, one
+    line), and so is a glossary (`glossary` serves one model)."""
+    if not models:
+        raise ValueError("a server needs at least one model")
+    limits = limits or Limits()
+    task = task_of(models[0][0])
     if glossary is not None:
         check_server_glossary(task, engine)
+        check_glossary(len(models))
     spec = served_tasks()[task]
-    batcher = DynamicBatcher(
-        spec.run_batch(predictor, batch_tokens),
-        max_tokens=batch_tokens,
-        max_wait_s=max_wait_ms / 1000.0 if batching else 0.0,
-        max_requests=None if batching else 1,
-        count_tokens=token_counter(predictor),
-    )
-    service = Service(
-        predictor=predictor,
-        task=task,
-        engine=engine,
-        limits=limits,
-        batcher=batcher,
-        batching=batching,
-        metadata=dict(metadata or {}),
-        describe=spec.describe,
-        glossary=glossary,
-    )
+    # several models share one model thread (batcher.py); one model's batcher keeps its own, as it always has
+    executor = model_executor() if len(models) > 1 else None
+    services = [
+        Service(
+            predictor=predictor,
+            task=task_of(predictor),
+            engine=engine,
+            limits=limits,
+            batcher=DynamicBatcher(
+                spec.run_batch(predictor, batch_tokens),
+                max_tokens=batch_tokens,
+                max_wait_s=max_wait_ms / 1000.0 if batching else 0.0,
+                max_requests=None if batching else 1,
+                count_tokens=token_counter(predictor),
+                executor=executor,
+            ),
+            batching=batching,
+            metadata=dict(metadata),
+            describe=spec.describe,
+            glossary=glossary,
+        )
+        for predictor, metadata in models
+    ]
+    pairs = pairs_of(services)  # several: refused unless each is a translation model of a pair of its own
+    routes = spec.routes(services[0]) if len(services) == 1 else translation_routes(services[0], pairs)
+    return _app(services, routes, pairs, cors=cors, api_keys=api_keys, executor=executor)
+
+
+def _app(
+    services: list[Service],
+    task_routes: APIRouter,
+    pairs: Pairs,
+    *,
+    cors: Sequence[str],
+    api_keys: ApiKeys | None,
+    executor: ThreadPoolExecutor | None,
+) -> FastAPI:
+    """The FastAPI app over the services: middleware, error handlers, routes (LibreTranslate's where there are
+    pairs), and a lifespan that stops every batcher, then the model thread they share (`executor`, if shared)."""
+    limits, task = services[0].limits, services[0].task
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
-        await batcher.close()  # after uvicorn has let in-flight requests finish
+        for service in services:  # after uvicorn has let in-flight requests finish
+            await service.batcher.close()
+        if executor is not None:
+            executor.shutdown(wait=True)
 
     app = FastAPI(title="transduce", summary=f"A {task} model served over HTTP.", lifespan=lifespan)
-    app.state.service = service
+    app.state.service, app.state.services = services[0], services
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, plain_paths=LIBRE_PATHS)
     methods: dict[str, set[str]] = {}  # every route's path (none has parameters) and its methods
     app.add_middleware(OtherMethods, methods=methods)
@@ -311,9 +375,8 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _internal_error)
-    pairs = served_pairs(service)
     libre = [libretranslate_routes(pairs, keys=api_keys)] if pairs else []
-    routers = (common_routes(service), spec.routes(service), *libre, page_routes())
+    routers = (common_routes(services), task_routes, *libre, page_routes())
     for router in routers:
         app.include_router(router)
     for route in [r for router in routers for r in router.routes] + list(app.router.routes):  # app's own: /docs
@@ -324,54 +387,6 @@ def create_app(
 
 
 # ---------------------------------------------------------------------------------------------------- serve
-def check_address(host: str, port: int) -> None:
-    """Refuse (ConfigError, one line) a port outside 0-65535 (0: any free port), a host that cannot be bound, or an
-    address already in use, by binding it once, as uvicorn will (address reuse on: a port in TIME_WAIT is not
-    refused)."""
-    import socket
-
-    from ..config import ConfigError
-
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--port must be between 0 and 65535 (0: any free port), got {port}")
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as err:
-        raise ConfigError(f"--host {host}: not an address this machine can bind ({err.strerror})") from None
-    family, _, _, _, address = infos[0]
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as err:
-            why = "already in use (another server?)" if err.errno == errno.EADDRINUSE else err.strerror
-            raise ConfigError(f"{host}:{port}: cannot serve there: {why}; choose another --port or --host") from None
-
-
-def is_loopback(host: str) -> bool:
-    """Whether every address `host` names is this machine's loopback (127.0.0.0/8, ::1): only then is the server out
-    of the network's reach."""
-    import ipaddress
-    import socket
-
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        return False
-    return all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
-
-
-def network_warning(host: str, *, keys: bool = False) -> str | None:
-    """The warning `serve` prints for a host other than loopback (None for loopback, or with API keys): without
-    keys the API has no authentication, so anyone who can reach the machine can use the model."""
-    if keys or is_loopback(host):
-        return None
-    return (
-        f"warning: --host {host} makes the server reachable from the network, and its API has no authentication: "
-        "anyone who can reach this machine can use the model (the default, 127.0.0.1, is this machine only)"
-    )
-
-
 def run_server(
     app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, graceful_timeout_s: int = 30, log_level: str = "info"
 ) -> None:
@@ -385,7 +400,7 @@ def run_server(
 
 
 def serve(
-    run: str | Path,
+    run: str | Path | Sequence[str | Path],
     *,
     engine: str = "torch",
     exact: bool = False,
@@ -404,20 +419,27 @@ def serve(
     cors: Sequence[str] = (),
     api_keys: ApiKeys | None = None,
 ) -> None:
-    """Serve a run directory over HTTP (loopback only unless `host` says otherwise) until SIGTERM or Ctrl-C."""
+    """Serve a run directory over HTTP (loopback only unless `host` says otherwise) until SIGTERM or Ctrl-C; several
+    runs (or a folder of runs, pairs.runs_of) make one server of several language pairs."""
+    runs = runs_of([run] if isinstance(run, str | Path) else run)
     check_address(host, port)  # before the model is loaded: a taken port is one line, at once
     warning = network_warning(host, keys=api_keys is not None)
     if warning is not None:
         print(warning, file=sys.stderr)
-    predictor, metadata = load_predictor(
-        run, engine=engine, device=device, exact=exact, threads=threads, precision=precision
+    models = load_models(
+        runs,
+        engine=engine,
+        glossary=glossary is not None,
+        device=device,
+        exact=exact,
+        threads=threads,
+        precision=precision,
     )
-    app = create_app(
-        predictor,
+    app = create_pairs_app(
+        models,
         limits=limits,
         batching=batching,
         engine=engine,
-        metadata=metadata,
         batch_tokens=batch_tokens,
         max_wait_ms=max_wait_ms,
         glossary=glossary,

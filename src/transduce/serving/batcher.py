@@ -12,7 +12,9 @@ model works. Requests that arrive during a model call are what the next call bat
 request: a handler only awaits its own future.
 
 One worker thread on purpose: the model's own kernels already use every core, and two calls at once on one
-model would race on state a call keeps (recorded attention weights).
+model would race on state a call keeps (recorded attention weights). A server of several models (several language
+pairs: pairs.py) gives every batcher the same one-thread executor, so that two models never decode at once either:
+each would use every core (`--threads` is the process's), and two at once would only contend for them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ T = TypeVar("T")
 
 RunBatch = Callable[[list[str], Hashable], Sequence[Any]]  # (texts, key) -> one output per text, in order
 CountTokens = Callable[[list[str]], int]
+
+
+def model_executor() -> ThreadPoolExecutor:
+    """The one worker thread models run on (see the module's docstring for why one)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="transduce-model")
 
 
 def count_words(texts: list[str]) -> int:
@@ -49,6 +56,8 @@ class DynamicBatcher:
     max_tokens: the source-token budget of one model call (a single larger request still runs, alone).
     max_wait_s: how long the first request after an idle spell waits for others to join it.
     max_requests: at most this many requests per call; 1 turns batching off (one request at a time).
+    executor: the one-thread executor the model runs on, shared with other batchers (whoever made it shuts it
+    down); by default one of its own, shut down by `close`.
     """
 
     def __init__(
@@ -59,12 +68,14 @@ class DynamicBatcher:
         max_wait_s: float = 0.005,
         max_requests: int | None = None,
         count_tokens: CountTokens = count_words,
+        executor: ThreadPoolExecutor | None = None,
     ) -> None:
         if max_tokens < 1 or max_wait_s < 0 or (max_requests is not None and max_requests < 1):
             raise ValueError("max_tokens and max_requests must be >= 1 and max_wait_s >= 0")
         self.run_batch, self.count_tokens = run_batch, count_tokens
         self.max_tokens, self.max_wait_s, self.max_requests = max_tokens, max_wait_s, max_requests
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transduce-model")
+        self._owns_executor = executor is None
+        self.executor = executor or model_executor()
         self.calls = 0  # model calls made, and the requests and sentences they held (for /v1/info and tests)
         self.requests = 0
         self.sentences = 0
@@ -95,7 +106,8 @@ class DynamicBatcher:
         for entry in self._pending:
             entry.future.cancel()
         self._pending.clear()
-        self.executor.shutdown(wait=True)
+        if self._owns_executor:
+            self.executor.shutdown(wait=True)
 
     def _ensure_running(self) -> None:
         """Start the batching task on the running event loop (again, if an earlier loop has gone)."""

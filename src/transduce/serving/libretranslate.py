@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -35,12 +35,12 @@ from fastapi.responses import JSONResponse
 from .access import ApiKeys, bearer_key
 from .forms import FormError, read_params
 from .languages import Detected, LanguageIdentifier, language_name
+from .pairs import Pairs
 from .service import ApiError, DecodeOptions, Limits, Service, decode_defaults, decode_options
 from .translation import translate_documents, translate_texts
 
 PATHS = ("/translate", "/detect", "/languages", "/frontend/settings")  # answered in LibreTranslate's error shape
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default `frontendTimeout`: its page's typing delay, not a limit
-Pairs = Mapping[tuple[str, str], Service]
 _log = logging.getLogger("uvicorn.error")
 
 
@@ -50,14 +50,6 @@ class LibreError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status, self.message = status, message
-
-
-def served_pairs(service: Service) -> dict[tuple[str, str], Service]:
-    """The pair a translation service serves, from its run's languages (none when the run names none)."""
-    languages = service.metadata.get("languages") or {}
-    if service.task != "translation" or not languages.get("source") or not languages.get("target"):
-        return {}
-    return {(str(languages["source"]), str(languages["target"])): service}
 
 
 def libretranslate_routes(pairs: Pairs, *, keys: ApiKeys | None = None) -> APIRouter:

@@ -28,8 +28,20 @@ class ConstraintsIn(_Strict):
 GlossaryEntry = Annotated[list[str], Field(min_length=2, max_length=2)]  # [source term, target term]
 
 
+PAIR_HELP = (
+    "required only when the server translates several language pairs (/v1/info's `pairs`); matched without regard "
+    "to case"
+)
+
+
 class TranslateRequest(_Strict):
     text: list[str] = Field(min_length=1, description="Raw sentences, one translation each, in this order.")
+    source: str | None = Field(
+        None, min_length=1, max_length=32, description=f"The source language's code (e.g. 'en'): {PAIR_HELP}."
+    )
+    target: str | None = Field(
+        None, min_length=1, max_length=32, description=f"The target language's code (e.g. 'de'): {PAIR_HELP}."
+    )
     beam: int | None = Field(None, ge=1, description="Beam size (default: the run's, usually 4); 1 = greedy.")
     nbest: int = Field(1, ge=1, description="Hypotheses returned per sentence (<= beam).")
     alpha: float | None = Field(None, ge=0.0, le=10.0, description="Length-penalty exponent (default: the run's).")
@@ -106,6 +118,17 @@ class TranslateResponse(BaseModel):
 class AttentionRequest(_Strict):
     text: str = Field(description="One source sentence.")
     target: str | None = Field(None, description="Its translation (default: the model's, with default options).")
+
+
+class LanguagePair(_Strict):
+    source: str | None = Field(None, min_length=1, max_length=32, description="The source language's code.")
+    target: str | None = Field(None, min_length=1, max_length=32, description="The target language's code.")
+
+
+class TranslationAttentionRequest(AttentionRequest):
+    languages: LanguagePair | None = Field(
+        None, description=f"The pair, as /v1/translate's source and target (`target` here is the text): {PAIR_HELP}."
+    )
 
 
 class AttentionResponse(BaseModel):

@@ -344,13 +344,13 @@ def parsing_batch(predictor: Any, batch_tokens: int) -> RunBatch:
 ENGINES = ("torch", "ctranslate2")
 
 
-def _describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str] | None]:
+def describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str] | None]:
     """The run's name, its task (a name of the task registry) and its languages (None when it has none), read from
     the run's config.json (its "task"; a config without one is a classifier's when it has a "head" section), or for
     a CTranslate2 export folder (which keeps no run config) from its manifest."""
     from ..config import read_config_dict
     from ..outputs import read_manifest
-    from ..training.checkpoint import find_weights
+    from ..runs import find_weights
 
     def languages(source: str | None, target: str | None) -> dict[str, str] | None:
         return {"source": source, "target": target} if source and target else None
@@ -395,7 +395,7 @@ def load_predictor(
 
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
-    name, kind, languages = _describe_run(run, engine)
+    name, kind, languages = describe_run(run, engine)
     predictor: Classifier | CTranslate2Translator | Parser | Translator
     if kind != "translation" and engine != "torch":  # the export knows only plain translation models
         raise ConfigError(f"{run}: a {kind} run is served with the torch engine only (--engine torch)")

@@ -1,6 +1,7 @@
 """The translation routes of the HTTP API (app.py builds the app): `POST /v1/translate` (sentences, paragraphs, word
 links, or whole documents of another format; terminology: terminology.py) and `POST /v1/attention` (the maps the page
-draws; the parser's route uses the same)."""
+draws; the parser's route uses the same). On a server of several language pairs, each request goes to the pair it
+names (pairs.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from .messages import (
     Hypothesis,
     TranslateRequest,
     TranslateResponse,
+    TranslationAttentionRequest,
     TranslationOut,
 )
+from .pairs import Pairs, choose, served_pairs
 from .service import ApiError, DecodeOptions, Service, decode_defaults, decode_options
 from .terminology import with_terminology
 
@@ -34,12 +37,16 @@ def _translation_out(hypotheses: list, nbest: int) -> TranslationOut:
     )
 
 
-def translation_routes(service: Service) -> APIRouter:
+def translation_routes(default: Service, pairs: Pairs | None = None) -> APIRouter:
+    """The routes over `default` alone, or over `pairs` ((source, target) -> Service; default: the pair `default`
+    serves), each request decoded by the service of the pair it names (pairs.choose)."""
+    pairs = served_pairs(default) if pairs is None else pairs
     router = APIRouter(tags=["translation"])
 
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True)
     async def translate(request: TranslateRequest) -> TranslateResponse:
         """Translate raw sentences; the answer keeps input order. Concurrent requests are decoded together."""
+        service = choose(pairs, default, request.source, request.target)
         sampling = (request.sampling_topk, request.sampling_topp, request.temperature, request.seed)
         if request.format != "text" and (request.alignment or request.nbest > 1):
             raise ApiError(422, "invalid_request", f"format {request.format} gives one document: no nbest or alignment")
@@ -69,11 +76,13 @@ def translation_routes(service: Service) -> APIRouter:
         results = await translate_texts(service, request.text, options)
         return TranslateResponse(translations=[_translation_out(h, options.nbest) for h in results])
 
-    if hasattr(service.predictor, "attention"):
+    if hasattr(default.predictor, "attention"):  # every pair's predictor is of one engine: all or none have it
 
         @router.post("/v1/attention", response_model=AttentionResponse)
-        async def attention(request: AttentionRequest) -> AttentionResponse:
+        async def attention(request: TranslationAttentionRequest) -> AttentionResponse:
             """Encoder-decoder attention of one sentence pair (what the page draws)."""
+            source, target = (request.languages.source, request.languages.target) if request.languages else (None, None)
+            service = choose(pairs, default, source, target)
             service.check_texts([request.text] + ([request.target] if request.target is not None else []))
             return await service.within_timeout(attention_response(service, request, _best_translation))
 

@@ -1,4 +1,5 @@
-"""The run directory: atomic saves, exact resume, checkpoint averaging. Tensors in safetensors, metadata in JSON.
+"""Training's side of the run directory: checkpoints (atomic saves, exact resume) and their averaging; what every
+command reads of a run (config, weights, tokenizer) is runs.py. Tensors in safetensors, metadata in JSON.
 
     RUN/config.json                     the resolved Config
     RUN/tokenizer.model (+ .json)       the joint SentencePiece model
@@ -16,25 +17,30 @@ so a kill at any moment leaves the previous checkpoint loadable. Nothing here un
 from __future__ import annotations
 
 import json
-import os
-import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file, save_model
 
 from ..outputs import (
-    CT2_EXPORT,
     OutputError,
     atomic_folder,
     atomic_write,
     atomic_write_text,
-    read_manifest,
     remove_leftovers,
     remove_own_folder,
+)
+from ..runs import (  # the run directory's files, read by every command that opens a run (runs.py)
+    CHECKPOINTS,
+    CheckpointError,
+    checkpoint_dirs,
+    find_weights,
+    fit_weights,
+    load_weights,
+    read_run_config,
+    save_weights,
+    written,
 )
 
 __all__ = [
@@ -48,73 +54,8 @@ __all__ = [
     "average_run",
     "find_weights",
     "fit_weights",
+    "read_run_config",
 ]
-
-CHECKPOINTS = "checkpoints"
-
-
-class CheckpointError(ValueError):
-    pass
-
-
-def _written(save: Callable[..., None], *args: Any, path: str | Path, **kwargs: Any) -> None:
-    """safetensors' save, with its I/O failures (a full disk) as the OSError they are: safetensors raises its own
-    SafetensorError, which would otherwise reach the user as a traceback, and carries the errno only in its text:
-    "IoError(Os { code: 28, ... })" in some versions, "I/O error: No space left on device (os error 28)" in 0.8."""
-    try:
-        save(*args, **kwargs)
-    except SafetensorError as err:
-        found = re.search(r"(?:code: |os error )(\d+)", str(err))
-        if found is None:
-            raise
-        code = int(found.group(1))
-        raise OSError(code, os.strerror(code), str(path)) from None
-
-
-def save_weights(model: torch.nn.Module, path: str | Path, metadata: dict | None = None) -> None:
-    """Model weights as safetensors; tied tensors are stored once (safetensors' save_model)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"transduce": "weights", **{k: str(v) for k, v in (metadata or {}).items()}}
-    atomic_write(path, lambda tmp: _written(save_model, model, tmp, metadata=meta, path=path))
-    if metadata is not None:
-        atomic_write_text(path.with_suffix(".json"), json.dumps(metadata, indent=2) + "\n")
-
-
-def load_weights(model: torch.nn.Module, path: str | Path) -> None:
-    path = Path(path)
-    try:
-        state = load_file(str(path))
-    except Exception as err:  # OSError, or safetensors' own SafetensorError for a corrupt file
-        raise CheckpointError(f"{path}: cannot read weights ({err})") from None
-    fit_weights(model, state, path)
-
-
-def fit_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
-    """Put `state` (read from `path`) into `model`: every tensor the model has (a tied one once), of its shape."""
-    own = model.state_dict()
-    missing = [k for k in own if k not in state and not _is_alias(own, k, state)]
-    unexpected = [k for k in state if k not in own]
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{path}: weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})"
-        )
-    for name, tensor in state.items():
-        if own[name].shape != tensor.shape:
-            raise CheckpointError(
-                f"{path}: {name} has shape {tuple(tensor.shape)}, the model expects "
-                f"{tuple(own[name].shape)} (a different config or vocabulary?)"
-            )
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):  # would decode to "⁇ ⁇ ⁇"
-            raise CheckpointError(f"{path}: {name} holds NaN or infinite values; load an earlier checkpoint")
-    model.load_state_dict(state, strict=False)
-
-
-def _is_alias(own: dict, name: str, state: dict) -> bool:
-    """True when the model's `name` shares storage with a tensor present in `state` (tied embeddings are saved
-    once). `own`: the model's state_dict, built once by the caller."""
-    ptr = own[name].data_ptr()
-    return any(own[k].data_ptr() == ptr for k in state if k in own)
 
 
 # Optimizer and trainer state -----------------------------------------------------------------------------------------
@@ -153,15 +94,6 @@ def set_rng_state(tensors: dict, rank: int = 0) -> bool:
     return True
 
 
-def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints, oldest first (by step number: names outgrow their zero padding past 10^8 steps)."""
-    root = Path(run_dir) / CHECKPOINTS
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit()]
-    return sorted((p for p in found if (p / "model.safetensors").is_file()), key=lambda p: int(p.name[5:]))
-
-
 def checkpoint_epoch(path: Path) -> int | None:
     """The epoch a checkpoint resumes into (passes completed), or None when its trainer.json cannot be read."""
     try:
@@ -186,10 +118,10 @@ def save_checkpoint(
     final = root / f"step-{step:08d}"
     with atomic_folder(final, "checkpoint") as tmp:
         meta = {"transduce": "weights", "step": str(step)}
-        _written(save_model, model, str(tmp / "model.safetensors"), metadata=meta, path=final / "model.safetensors")
+        written(save_model, model, str(tmp / "model.safetensors"), metadata=meta, path=final / "model.safetensors")
         opt_tensors, opt_meta = _optimizer_to_tensors(optimizer)
         tensors = {**opt_tensors, **rng_state(), **(extra_tensors or {})}
-        _written(save_file, tensors, str(tmp / "optimizer.safetensors"), path=final / "optimizer.safetensors")
+        written(save_file, tensors, str(tmp / "optimizer.safetensors"), path=final / "optimizer.safetensors")
         (tmp / "trainer.json").write_text(
             json.dumps({**trainer, "step": step, "optimizer": opt_meta}, indent=2), encoding="utf-8"
         )
@@ -276,63 +208,6 @@ def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -
     averaged = average_checkpoints(chosen)
     names = ",".join(p.name for p in chosen)
     meta = {"transduce": "weights", "averaged": names}
-    atomic_write(out, lambda tmp: _written(save_file, averaged, tmp, metadata=meta, path=out))
+    atomic_write(out, lambda tmp: written(save_file, averaged, tmp, metadata=meta, path=out))
     atomic_write_text(out.with_suffix(".json"), json.dumps({"averaged": [p.name for p in chosen]}, indent=2) + "\n")
     return out
-
-
-# What takes a run of each task: the refusal of a run given to another task's command names it (issue 65 item 7).
-TAKEN_BY = {
-    "translation": "`transduce translate`, `evaluate`, `attention`, `export` and `serve` (Translator.from_run) take it",
-    "classification": "`transduce classify predict` / `classify evaluate` and `serve` (Classifier.from_run) take it",
-    "parsing": "`transduce parse`, `attention` and `serve` (Parser.from_run) take it",
-}
-
-
-def read_run_config(run_dir: Path, task: str) -> Any:
-    """A run's config.json as the run config of `task` (a name of the task registry). A run of another task is
-    refused in one line saying what the run is and which commands take it."""
-    from ..config import ConfigError, config_from_dict, read_config_dict, registry
-
-    raw = read_config_dict(run_dir / "config.json")
-    found = raw.get("task", registry.DEFAULT_TASK)
-    if found != task and found in TAKEN_BY:
-        raise ConfigError(f"{run_dir}: a {found} run, not a {task} run: {TAKEN_BY[found]}")
-    return config_from_dict(raw, registry.entry(task).run_config)
-
-
-def find_weights(path: str | Path) -> tuple[Path, Path]:
-    """A run directory or a weights file inside one -> (run_dir, weights file).
-
-    For a run directory: best.safetensors if validation kept one, else the newest checkpoint. A run of another
-    format (outputs.FORMAT) is refused: every command that reads a model comes here.
-    """
-    run_dir, weights = _locate_weights(Path(path))
-    read_manifest(run_dir)  # refuses a run of another format
-    return run_dir, weights
-
-
-def _locate_weights(path: Path) -> tuple[Path, Path]:
-    if path.is_file():
-        for run_dir in path.parents:
-            if (run_dir / "config.json").is_file():
-                return run_dir, path
-        raise CheckpointError(
-            f"{path}: not inside a run directory (no config.json beside it or in a folder above); "
-            "keep weights in their run, e.g. transduce average RUN --output RUN/NAME.safetensors"
-        )
-    if path.is_dir() and (path / "model.safetensors").is_file():  # a checkpoint folder
-        return path.parent.parent, path / "model.safetensors"
-    if path.is_dir() and (read_manifest(path) or {}).get("kind") == CT2_EXPORT:  # its config.json: CTranslate2's
-        raise CheckpointError(
-            f"{path}: a CTranslate2 export, not a run directory (it holds no PyTorch weights): give it with "
-            "--engine ctranslate2 (CTranslate2Translator.from_run in Python)"
-        )
-    if not (path / "config.json").is_file():
-        raise CheckpointError(f"{path}: not a run directory (no config.json)")
-    if (path / "best.safetensors").is_file():
-        return path, path / "best.safetensors"
-    dirs = checkpoint_dirs(path)
-    if not dirs:
-        raise CheckpointError(f"{path}: the run has no saved weights yet")
-    return path, dirs[-1] / "model.safetensors"

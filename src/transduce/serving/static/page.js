@@ -7,6 +7,11 @@ const $ = (id) => document.getElementById(id);
 let info = null;        // GET /v1/info
 let attention = null;   // the last POST /v1/attention answer
 
+// A server of several language pairs lists them in info.pairs (each with its languages, decoding defaults and
+// attention); the Languages choice picks one, and every request names it. A server of one model has no pairs.
+const model = () => (info.pairs ? info.pairs[Number($("pair").value)] : info);
+const pair = () => (info.pairs ? {source: model().languages.source, target: model().languages.target} : {});
+
 async function postJson(url, body) {
   const response = await fetch(url, {
     method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body),
@@ -38,14 +43,14 @@ async function runTranslation(lines) {
   const beam = Number($("beam").value), nbest = Number($("nbest").value), format = $("format").value;
   $("document-out").hidden = true;
   if (format !== "text") {
-    const result = await postJson("/v1/translate", {text: [$("source").value], beam, format});
+    const result = await postJson("/v1/translate", {text: [$("source").value], beam, format, ...pair()});
     $("translations").replaceChildren();
     $("document-out").textContent = result.translations[0].text;
     $("document-out").hidden = false;
     $("translation-result").hidden = false;
     return;
   }
-  const result = await postJson("/v1/translate", {text: lines, beam, nbest});
+  const result = await postJson("/v1/translate", {text: lines, beam, nbest, ...pair()});
   showTranslations(result.translations);
   const first = result.translations[0];
   if (first) await showAttention(lines[0], first.text);
@@ -54,8 +59,9 @@ async function runTranslation(lines) {
 // The heatmap of one sentence and the model's output for it (where the server offers attention). A target longer
 // than the server takes is left out: the server then recomputes it, the same output by the same defaults.
 async function showAttention(text, target) {
-  if (!info.attention) return;
+  if (!model().attention) return;
   const body = target.length <= info.limits.max_chars ? {text, target} : {text};
+  if (info.pairs) body.languages = pair();
   attention = await postJson("/v1/attention", body);
   fillSelect($("layer"), attention.layers, attention.layers - 1);
   fillSelect($("head"), attention.heads, 0);
@@ -302,10 +308,23 @@ function onKeyDown(event) {
 }
 
 function describe(info) {
-  const parts = [`${info.task} model`, `engine ${info.engine}`];
-  if (info.languages) parts.push(`${info.languages.source} → ${info.languages.target}`);
-  if (info.parameters) parts.push(`${info.parameters.toLocaleString("en")} parameters`);
+  const parts = [`${info.task} model`, `engine ${info.engine}`], chosen = model();
+  if (chosen.languages) parts.push(`${chosen.languages.source} → ${chosen.languages.target}`);
+  if (chosen.parameters) parts.push(`${chosen.parameters.toLocaleString("en")} parameters`);
   return parts.join(" · ");
+}
+
+function showPairs() {
+  info.pairs.forEach((p, i) => {
+    const option = element("option", `${p.languages.source} → ${p.languages.target}`);
+    option.value = String(i);
+    $("pair").append(option);
+  });
+  $("pair").addEventListener("change", () => {
+    $("model-info").textContent = describe(info);
+    $("beam").value = model().decode_defaults.beam;
+  });
+  $("pair-choice").hidden = false;
 }
 
 async function init() {
@@ -319,6 +338,7 @@ async function init() {
     setStatus(`Cannot reach the server: ${error.message}`, true);
     return;
   }
+  if (info.pairs) showPairs();
   $("model-info").textContent = describe(info);
   const renderer = RENDERERS[info.task];
   if (!renderer) {
@@ -329,8 +349,8 @@ async function init() {
   $("source-label").textContent = renderer.label;
   if (renderer.help) $("input-help").textContent = renderer.help;
   if (renderer.rows) $("attention-rows").textContent = renderer.rows;
-  if (renderer.options && info.decode_defaults) {
-    $("beam").value = info.decode_defaults.beam;
+  if (renderer.options && model().decode_defaults) {
+    $("beam").value = model().decode_defaults.beam;
     $("beam").max = info.limits.max_beam;
     $("decode-options").hidden = false;
   }
