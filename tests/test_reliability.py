@@ -939,3 +939,29 @@ def test_a_training_that_cannot_fit_is_refused_before_its_data_is_prepared(env, 
     result = transduce(capsys, "train", env.recipe, "--out", env.tmp / "r", "--set", "train.max_tokens=100000")
     assert_one_line_error(result, "train.max_tokens = 100,000: training needs at least", "this machine's 8.0 MiB")
     assert not (env.tmp / "r").exists()
+
+
+def test_a_thread_count_above_the_cores_is_refused_at_start_and_on_resume(env, capsys):
+    """Issue 76: train.num_threads 100,000 crashed inside libgomp (SIGSEGV), 300 was a MemoryError traceback."""
+    from transduce.device import usable_cores
+
+    too_many = usable_cores() + 1
+    result = transduce(capsys, "train", env.recipe, "--out", env.tmp / "r", "--set", f"train.num_threads={too_many}")
+    assert_one_line_error(result, f"train.num_threads = {too_many}", f"the {usable_cores()} cores")
+    assert not (env.tmp / "r").exists()
+    config = json.loads((env.run / "config.json").read_text())
+    config["train"]["num_threads"] = 100_000  # a run's config.json holding such a value: its resume is refused alike
+    (env.run / "config.json").write_text(json.dumps(config))
+    assert_one_line_error(transduce(capsys, "train", "--out", env.run), "train.num_threads = 100000")
+
+
+def test_any_allowed_temperature_samples_a_translation(env):
+    """Issue 76: --temperature 1e-45 sent every log-probability to -inf and every translation came back empty; as T
+    goes to 0 sampling becomes the argmax, so the smallest T gives greedy search's output."""
+    from transduce.decoding.translator import Translator
+
+    lines = (env.corpus / "test.en").read_text().splitlines()[:12]
+    translator = Translator.from_run(env.run)
+    greedy = translator.translate(lines, beam=1)
+    coldest = translator.translate(lines, sampling_topk=0, temperature=1e-45, seed=3)
+    assert all(coldest) and coldest == greedy

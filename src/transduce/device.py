@@ -39,3 +39,23 @@ def device_memory(device: torch.device) -> tuple[int, str]:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory, f"GPU {device}"
     return machine_memory(), "this machine"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, which a container or `taskset` narrows (os.cpu_count()
+    where the platform has no affinity). The bound of every thread count a user gives (`serve --threads`,
+    `train.num_threads`): beyond it OpenMP fails inside the library (SIGSEGV at 100,000, "Thread creation failed" at
+    2,000, a MemoryError at 300) instead of saying what is wrong."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def check_threads(key: str, threads: int) -> None:
+    """A thread count of `key` above the usable cores is refused in one line (0: the library's default)."""
+    cores = usable_cores()
+    if threads > cores:
+        raise ConfigError(f"{key} = {threads} is more than the {cores} cores this process may run on (at most {cores})")

@@ -242,6 +242,7 @@ class TrainConfig:
     # (BENCHMARKS.md); the flash and memory-efficient kernels need no plan. Ignored on CPU.
     cudnn_attention: bool = False
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
+    # at most the cores this process may run on (its CPU affinity): more is refused at the start, and on resume
     cpu_speed: bool = True  # on CPU, apply model/cpu_speed.py (faster dropout masks, logits workspace, malloc)
     # "auto": bf16 autocast on CUDA; on a CPU with native bfloat16 arithmetic (AVX512_BF16 or AMX: 2.66x the step
     # speed on one such CPU, BENCHMARKS.md) bf16 if a short trial on the run's first batches finds it clearly faster

@@ -70,6 +70,9 @@ class _Search:
         return log_prob / float(length_penalty(float(length), kind=self.penalty, alpha=self.alpha))
 
 
+ENGINE_MIN_TEMPERATURE = 1e-6  # the lowest sampling temperature handed to CTranslate2 (see _search)
+
+
 def _search(
     *, beam: int, nbest: int, alpha: float, penalty: str, patience: float, sampling: Sampling | None = None
 ) -> _Search:
@@ -94,7 +97,11 @@ def _search(
     }
     if sampling is not None:  # the engine's names for the same settings
         engine.update(
-            sampling_topk=sampling.topk, sampling_topp=sampling.topp, sampling_temperature=sampling.temperature
+            sampling_topk=sampling.topk,
+            sampling_topp=sampling.topp,
+            # the engine divides the logits by T in float32: below ENGINE_MIN_TEMPERATURE they overflow to inf and
+            # NaN; so low a temperature draws among the best-scored tokens only, as a lower one would
+            sampling_temperature=max(sampling.temperature, ENGINE_MIN_TEMPERATURE),
         )
     return _Search(engine, beam == 1, penalty, alpha)
 

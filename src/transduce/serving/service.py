@@ -369,14 +369,10 @@ def describe_run(run: str | Path, engine: str) -> tuple[str, str, dict[str, str]
 
 
 def max_threads() -> int:
-    """The most model threads `serve --threads` takes: the cores this process may run on (its CPU affinity, which a
-    container or `taskset` narrows; os.cpu_count() where the platform has no affinity)."""
-    import os
+    """The most model threads `serve --threads` takes: the cores this process may run on (device.usable_cores)."""
+    from ..device import usable_cores
 
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def load_predictor(

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from ..config import ConfigError, TrainConfig
 from ..config.memory import check_fits, run_shape
 from ..data.batching import update_groups
-from ..device import device_memory
+from ..device import check_threads, device_memory
 from ..model import cpu_speed
 from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_if_bare
 from .budget import check_time_limit, log_forecast
@@ -61,6 +61,7 @@ def train_task(task_cls: type[Task], config: Any, run_dir: str | Path, *, quiet:
     available, where = device_memory(device)
     check_fits(run_shape(config), available=available, where=where)  # before the data is prepared or a byte allocated
     check_task_settings(task_cls, config.train)
+    check_threads("train.num_threads", config.train.num_threads)  # a resumed run's config.json too
     # glibc keeps freed blocks for this run only (train.cpu_speed; the setting is the whole process's)
     keep_memory = device.type == "cpu" and config.train.cpu_speed
     with _global_switches_restored(), open_run(run_dir, ranks, task_cls.name), cpu_speed.freed_memory_kept(keep_memory):
