@@ -78,11 +78,15 @@ def test_a_negative_phrase_gives_the_best_output_without_it():
 
 
 def test_a_two_token_negative_phrase_masks_only_its_completion():
-    lexical = _lexical(Steering(exclude=((C, D),)))
+    """After the prefix C the model wants D (0.8); with "C D" banned it must end after C instead (EOS, 0.2)."""
     for beam in (1, 4):
-        (found,) = beam_search(Table(), SRC, beam=beam, length_penalty_kind="none", max_len_b=5, lexical=lexical)
-        seq = found[0].tokens
-        assert all(seq[i : i + 2] != [C, D] for i in range(len(seq)))
+        (free,) = beam_search(
+            Table(), SRC, beam=beam, length_penalty_kind="none", max_len_b=5, lexical=_lexical(Steering(prefix=(C,)))
+        )
+        assert free[0].tokens == [C, D]
+        banned = _lexical(Steering(prefix=(C,), exclude=((C, D),)))
+        (found,) = beam_search(Table(), SRC, beam=beam, length_penalty_kind="none", max_len_b=5, lexical=banned)
+        assert found[0].tokens == [C]
 
 
 def test_a_prefix_is_forced_and_the_search_goes_on_from_it():

@@ -106,9 +106,10 @@ def _check_engine(args) -> None:
     if args.engine == "ctranslate2" and args.ensemble:
         raise ConfigError("--ensemble decodes with --engine torch only")
     if args.engine == "ctranslate2" and (args.constraints or args.glossary):
+        from ..export.ct2_translator import NO_CONSTRAINTS
+
         raise ConfigError(
-            "CTranslate2 has no lexical constraints (its issue #739): --constraints and --glossary need --engine "
-            "torch (--prefix works with both)"
+            f"{NO_CONSTRAINTS}: --constraints and --glossary need --engine torch (--prefix works with both)"
         )
     if args.exact and args.engine != "ctranslate2":
         raise ConfigError("--exact applies to --engine ctranslate2 (the torch engine is the reference)")

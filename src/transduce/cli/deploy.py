@@ -101,6 +101,12 @@ def _server_glossary(args):
 
 
 def register(sub) -> None:
+    _register_export(sub)
+    _register_serve(sub)
+
+
+def _register_export(sub) -> None:
+    """export's engines: ctranslate2, huggingface, argos."""
     p = sub.add_parser("export", help="export a trained model to another inference engine")
     esub = p.add_subparsers(dest="export_command", required=True, metavar="ENGINE")
     e = esub.add_parser("ctranslate2", help="a CTranslate2 model folder (pip install 'transduce[export]')")
@@ -138,6 +144,8 @@ def register(sub) -> None:
     a.add_argument("--tag", help="the one package of this tag, put before every source (as translate --tag)")
     a.set_defaults(func=cmd_export_argos)
 
+
+def _register_serve(sub) -> None:
     p = sub.add_parser("serve", help="an HTTP API and a web page for a trained model (pip install 'transduce[serve]')")
     p.add_argument(
         "runs",

@@ -109,12 +109,13 @@ def sample_choice(lprobs: Tensor, uniforms: Tensor, sampling: Sampling) -> Tenso
     transform sampling with one uniform (B,) per row in (0, 1]: the first token whose cumulative probability
     reaches u times the total, over softmax(lprobs / T) restricted to the top-k, then the top-p nucleus."""
     scaled = lprobs / sampling.temperature  # softmax(lprobs / T) = softmax(logits / T) over the allowed tokens
-    # A tiny T (1e-45 is allowed) sends every log-probability below 0 to -inf, leaving a row nothing to draw: such a
-    # row is scaled from its best token's instead (the same distribution, T -> 0: the argmax).
-    lost = scaled.max(dim=1, keepdim=True).values.isneginf() & lprobs.max(dim=1, keepdim=True).values.isfinite()
-    if bool(lost.any()):
-        shifted = (lprobs - lprobs.max(dim=1, keepdim=True).values) / sampling.temperature
-        scaled = torch.where(lost, shifted, scaled)
+    if sampling.temperature < 1.0:  # only a T below 1 can overflow: 1e-45 (allowed) sends every log-probability
+        # below 0 to -inf, leaving a row nothing to draw; such a row is scaled from its best token's instead (the same
+        # distribution; T -> 0: the argmax)
+        best = lprobs.max(dim=1, keepdim=True).values
+        lost = scaled.max(dim=1, keepdim=True).values.isneginf() & best.isfinite()
+        if bool(lost.any()):
+            scaled = torch.where(lost, (lprobs - best) / sampling.temperature, scaled)
     if sampling.topk > 0 or sampling.topp < 1.0:
         k = scaled.size(1) if sampling.topk == 0 else min(sampling.topk, scaled.size(1))
         values, ids = scaled.topk(k, dim=1)  # (B, k), most probable first

@@ -81,7 +81,7 @@ def unit_steering(units: Sequence[Unit], requests: Requests, tokenizer: Tokenize
         texts.append((include, list(given.exclude) if given else [], prefix))
     distinct = sorted({p for inc, exc, pre in texts for p in (*inc, *exc, *([pre] if pre else []))})
     ids = dict(zip(distinct, tokenizer.encode_target(distinct))) if distinct else {}
-    spellings = {p: _spellings(tokenizer, p) for inc, exc, pre in texts for p in exc}
+    spellings = {p: _spellings(tokenizer, tuple(ids[p])) for inc, exc, pre in texts for p in exc}
     unk = tokenizer.special.unk
     out: list[Steering | None] = []
     for unit, (include, exclude, prefix) in zip(units, texts):
@@ -102,12 +102,11 @@ def unit_steering(units: Sequence[Unit], requests: Requests, tokenizer: Tokenize
     return out
 
 
-def _spellings(tokenizer: Tokenizer, phrase: str) -> list[tuple[int, ...]]:
-    """The ways the vocabulary's pieces write the phrase, as the tokenizer writes it (word start marked) and attached
+def _spellings(tokenizer: Tokenizer, own: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The ways the vocabulary's pieces write the phrase the tokenizer wrote as `own` (word start marked) and attached
     to what precedes it (no mark on its first piece): its own encoding first, then the others with the fewest pieces,
     at most SPELLINGS of each. A model may well take another segmentation than the tokenizer's ("ident" "iques" for
     "identiques"), and a phrase that must not appear must not come out that way either."""
-    own = tuple(tokenizer.encode_target([phrase])[0])
     written = "".join(tokenizer.id_to_piece(i) for i in own)
     vocab = _vocabulary(tokenizer)
     out = [own]

@@ -70,6 +70,7 @@ class _Search:
         return log_prob / float(length_penalty(float(length), kind=self.penalty, alpha=self.alpha))
 
 
+NO_CONSTRAINTS = "CTranslate2 has no lexical constraints (its issue #739)"  # every refusal of them says so
 ENGINE_MIN_TEMPERATURE = 1e-6  # the lowest sampling temperature handed to CTranslate2 (see _search)
 
 
@@ -211,10 +212,7 @@ class CTranslate2Translator:
         settings, not the same draws as the torch engine, nor independent of the batching. `prefixes` go to the
         engine's `target_prefix`; constraints and glossaries are refused (CTranslate2 has no lexical constraints)."""
         if any(c for c in constraints or ()) or (glossary is not None and len(glossary)):
-            raise ConfigError(
-                "CTranslate2 has no lexical constraints (its issue #739): constraints and glossaries need "
-                "--engine torch; --engine ctranslate2 takes a prefix"
-            )
+            raise ConfigError(f"{NO_CONSTRAINTS}: constraints and glossaries need --engine torch; it takes a prefix")
         settings = front.options(
             self.decode,
             beam=beam,

@@ -53,7 +53,9 @@ def check_server_glossary(task: str | None, engine: str) -> None:
     if task not in (None, "translation"):
         raise ConfigError(f"--glossary applies to a translation run, not a {task} run")
     if engine == "ctranslate2":
-        raise ConfigError("CTranslate2 has no lexical constraints (its issue #739): --glossary needs --engine torch")
+        from ..export.ct2_translator import NO_CONSTRAINTS
+
+        raise ConfigError(f"{NO_CONSTRAINTS}: --glossary needs --engine torch")
 
 
 def _count(name: str, given: Sequence[object], n_texts: int) -> None:
