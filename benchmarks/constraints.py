@@ -7,7 +7,7 @@ unconstrained search of the same model, threads and settings.
   guarantees; and as whole words), BLEU with and without them, sentences/s.
 - Negative phrases: for each sentence one word (3+ letters) of its unconstrained translation that must not appear;
   the share that still appears (as a whole word).
-- Glossary: GLOSSARY below (everyday En->Fr terms, some the model's usual choice, some not, two kept untranslated):
+- Glossary: GLOSSARY below (everyday En->Fr terms, twelve with a French target, two kept untranslated):
   sentences without a term must come out byte-identical to the unconstrained search, those with one must hold
   each target term.
 
