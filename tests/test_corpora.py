@@ -154,6 +154,7 @@ def test_a_training_run_draws_its_epochs_by_weight_and_translate_takes_the_tag(c
         "weight": 3.0,
         "tag": "<bt>",
         "align": "",
+        "join": 1,
     }
     from transduce.data.prepared import load_prepared
 

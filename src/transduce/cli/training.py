@@ -63,19 +63,19 @@ def cmd_prepare(args) -> int:
 
 
 def _corpus(text: str):
-    """`--corpus PREFIX[,weight=W][,tag=T][,align=F]` -> one of data.corpora."""
+    """`--corpus PREFIX[,weight=W][,tag=T][,align=F][,join=N]` -> one of data.corpora."""
     from ..config import ConfigError, CorpusConfig
 
     prefix, *fields = text.split(",")
     given: dict[str, object] = {}
     for field in fields:
         key, _, value = field.partition("=")
-        if key not in ("weight", "tag", "align") or not value:
-            raise ConfigError(f"--corpus {text}: expected PREFIX[,weight=W][,tag=T][,align=F], got {field!r}")
+        if key not in ("weight", "tag", "align", "join") or not value:
+            raise ConfigError(f"--corpus {text}: expected PREFIX[,weight=W][,tag=T][,align=F][,join=N], got {field!r}")
         try:
-            given[key] = float(value) if key == "weight" else value
+            given[key] = float(value) if key == "weight" else int(value) if key == "join" else value
         except ValueError:
-            raise ConfigError(f"--corpus {text}: the weight must be a number, got {value!r}") from None
+            raise ConfigError(f"--corpus {text}: the {key} must be a number, got {value!r}") from None
     return CorpusConfig(prefix=prefix, **given)  # type: ignore[arg-type]
 
 
@@ -228,10 +228,10 @@ def _register_prepare(sub) -> None:
         "--corpus",
         action="append",
         default=[],
-        metavar="PREFIX[,weight=W][,tag=T][,align=F]",
+        metavar="PREFIX[,weight=W][,tag=T][,align=F][,join=N]",
         help="a training corpus of several, in place of --train (repeatable; data.corpora): each epoch draws W x its "
         "pairs; T (e.g. <bt>) becomes one token put before each of its sources; F: its word links for guided "
-        "alignment (`transduce align` writes them)",
+        "alignment (`transduce align` writes them); N: its consecutive pairs joined 2 to N a unit",
     )
     p.add_argument("--valid-tag", metavar="T", help="put this corpus tag before every validation source")
     p.add_argument("--valid", help="validation file prefix")

@@ -102,6 +102,7 @@ class ModelConfig:
         return cls(vocab_size=vocab_size, **settings)
 
 
+MAX_JOIN = 16  # data.corpora's join: at most this many pairs a unit
 TAG_CHARACTERS = "<>_-" + "".join(map(chr, range(ord("a"), ord("z") + 1)))  # what a tag may hold besides A-Z, 0-9
 
 
@@ -122,11 +123,23 @@ class CorpusConfig:
     # word links of its pairs for guided alignment (train.guided_alignment): a file of Pharaoh links, one line per
     # pair (`transduce align` writes one); empty: none (docs/training.md#guided-alignment)
     align: str = ""
+    # 1: each pair is one training pair; N >= 2: runs of 2 to N consecutive pairs (seeded) joined into one, a space
+    # between the sentences: several sentences a unit, as `translate --split sentences` sends a paragraph the
+    # splitter cannot cut (docs/training.md#several-sentences-a-unit-joined-pairs)
+    join: int = 1
 
     def __post_init__(self) -> None:
         if not self.prefix:
             raise ConfigError("data.corpora: every corpus needs a prefix (PREFIX.src, PREFIX.tgt)")
         check_corpus(self.weight, self.tag, f"data.corpora ({self.prefix})")
+        if isinstance(self.join, bool) or not isinstance(self.join, int) or not 1 <= self.join <= MAX_JOIN:
+            raise ConfigError(f"data.corpora ({self.prefix}): join must be a whole number from 1 to {MAX_JOIN}, "
+                              f"got {self.join!r}")  # fmt: skip
+        if self.join > 1 and self.align:
+            raise ConfigError(
+                f"data.corpora ({self.prefix}): join and align do not go together (the links are of single pairs); "
+                "list the corpus twice: once with its links, once joined"
+            )
 
 
 def check_corpus(weight: float, tag: str, what: str) -> None:

@@ -47,6 +47,7 @@ class Input:
     format: str = "lines"  # "lines": two line-aligned files; "tsv", "jsonl", "parquet": one file (src = tgt)
     langs: tuple[str, str] = ("", "")  # a one-file corpus: its source and target's keys (data.src, data.tgt)
     align: Path | None = None  # its word links (data.corpora's align; alignments.py), absolute
+    join: int = 1  # data.corpora's join: runs of up to this many consecutive pairs joined into one (stream.py)
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -90,7 +91,7 @@ def split_inputs(config: DataConfig) -> Inputs:
             inputs[split] = [found(prefix, config.src, config.tgt)] if config.train else []
             inputs[split] += [
                 found(c.prefix, c.src or config.src, c.tgt or config.tgt, tag=c.tag, weight=c.weight,
-                      align=_align_file(c.align, c.prefix))
+                      align=_align_file(c.align, c.prefix), join=c.join)
                 for c in config.corpora
             ]  # fmt: skip
         else:
@@ -197,7 +198,7 @@ def chunk_jobs(
                         split, index, first, src, tgt, str(one.src), str(one.tgt), str(chunks), tokenizer, kind,
                         config.max_len, config.max_ratio, config.errors, id_dtype, corpus=k, prefix=prefix,
                         row_starts=starts, links=links, align=aligned.take(n), align_name=str(one.align),
-                        link_dtype=link_dtype,
+                        link_dtype=link_dtype, join=one.join,
                     )  # fmt: skip
                     first += n
                     index += 1
@@ -210,7 +211,7 @@ def chunk_jobs(
                     split, index, first, a[1], b[1], str(one.src), str(one.tgt), str(chunks), tokenizer, kind,
                     config.max_len, config.max_ratio, config.errors, id_dtype, src_pos, tgt_pos,
                     corpus=k, prefix=prefix, links=links, align=aligned.take(a[0]), align_name=str(one.align),
-                    link_dtype=link_dtype,
+                    link_dtype=link_dtype, join=one.join,
                 )  # fmt: skip
                 first += a[0]
                 src_pos += len(a[1])

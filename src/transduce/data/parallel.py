@@ -78,9 +78,11 @@ def _cache_key(config: DataConfig, files: Inputs, digests: dict[str, str], token
     for name in ("corpora", "valid_tag"):  # unset: the key of a one-corpus cache stays as it was before them
         if not options[name]:
             del options[name]
-    for corpus in options.get("corpora", ()):  # nor does a corpus without links change the key it had before them
+    for corpus in options.get("corpora", ()):  # nor does a corpus without links (or join) change the key it had
         if not corpus["align"]:
             del corpus["align"]
+        if corpus["join"] == 1:
+            del corpus["join"]
     h = hashlib.sha256()
     given = {"tokenizer": tokenizer} if tokenizer else {}  # a learned vocabulary's keys stay as they always were
     h.update(json.dumps({"options": options, **given}, sort_keys=True).encode())
@@ -276,7 +278,8 @@ def _corpora_info(inputs: list[Input], stats: list[dict]) -> list[dict]:
         counts = _counts([s for s in stats if s.get("corpus", 0) == k])
         out.append({"files": [str(p) for p in one.pair], "first": first, **counts, "weight": one.weight,
                     "tag": one.tag, "format": one.format, "langs": list(one.langs),
-                    **({"align": str(one.align)} if one.align else {})})  # fmt: skip
+                    **({"align": str(one.align)} if one.align else {}),
+                    **({"join": one.join} if one.join > 1 else {})})  # fmt: skip
         first += counts["sentences"]
     return out
 
@@ -422,8 +425,9 @@ def format_summary(summary: dict) -> str:
         )
         for k, corpus in enumerate(info.get("corpora", [])[1:] and info["corpora"]):  # several: each one's share
             tag = f", tag {corpus['tag']}" if corpus["tag"] else ""
+            join = f", joined 2-{corpus['join']} a unit" if corpus.get("join", 1) > 1 else ""
             lines.append(f"  {'':<18} corpus {k + 1}: {corpus['sentences']:,} pairs of {corpus['files'][0]} "
-                         f"(weight {corpus['weight']:g}{tag})")  # fmt: skip
+                         f"(weight {corpus['weight']:g}{tag}{join})")  # fmt: skip
         if "links" in info:
             linked, lost = info["links"]["linked"], info["links"]["unlinked"]
             why = f" ({lost:,} pairs without: their pieces hold other words than their line)" if lost else ""

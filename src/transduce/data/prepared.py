@@ -44,6 +44,8 @@ class Prepared:
         sides: list[list[str]] = [[], []]
         for corpus in training_corpora(self.summary):  # each corpus's kept pairs, one after the other
             first, count = corpus["first"], corpus["sentences"]
+            if corpus.get("join", 1) > 1:
+                raise DataError(f"{corpus['files'][0]}: a joined corpus (data.corpora's join) has no line per pair")
             fmt = corpus.get("format", "lines")
             for k, (side, name) in enumerate(zip(sides, corpus["files"])):
                 check_unchanged(Path(name), self.summary, self.root)

@@ -152,6 +152,7 @@ class ChunkJob:
     align: bytes | None = None  # this chunk's lines of its corpus's align file; None: the corpus has none
     align_name: str = ""  # that file, for the errors
     link_dtype: str = "uint16"  # word indices (below data.max_len: a longer pair is dropped)
+    join: int = 1  # data.corpora's join: the chunk's pairs joined in seeded runs of 2 to `join` (`joined_pairs`)
 
 
 _TOKENIZERS: dict[str, Tokenizer] = {}  # per worker process: each loads the model once
@@ -187,6 +188,9 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
         keep = np.fromiter((bool(a.strip() and b.strip()) for a, b in zip(src_lines, tgt_lines)), bool, count=n)
     dropped = {"empty": int(n - keep.sum())}
     kept = np.flatnonzero(keep)
+    if job.join > 1:  # the kept pairs joined in runs: each run's first line stands for it (line number, start)
+        rng = np.random.default_rng([JOIN_SEED, job.corpus, job.index])
+        src_lines, tgt_lines, kept = joined_pairs(src_lines, tgt_lines, kept, job.join, rng)
     src_ids = tokenizer.encode([src_lines[i] for i in kept], num_threads=1)
     if job.prefix:
         src_ids = [[*job.prefix, *ids] for ids in src_ids]
@@ -224,6 +228,28 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
             stats.update(_save_links(folder, job, tokenizer, links, rows, (src_lines, tgt_lines)))
         (folder / "stats.json").write_text(json.dumps(stats) + "\n", encoding="utf-8")
     return stats
+
+
+JOIN_SEED = 0x6A6F696E  # data.corpora's join: the runs of chunk i of corpus c are drawn from (this, c, i)
+
+
+def joined_pairs(
+    src: list[str], tgt: list[str], kept: np.ndarray, most: int, rng: np.random.Generator
+) -> tuple[list[str], list[str], np.ndarray]:
+    """The kept pairs (line indices `kept`, in order) in runs of 2 to `most` consecutive ones, each run's length
+    drawn from `rng` (the last run may be shorter), its sentences joined by a space: lists as long as `src` whose
+    entries at the returned indices (each run's first line) hold the joined runs. Runs never cross a chunk: a pure
+    function of the chunk, so a resumed prepare writes the same bytes."""
+    sizes = rng.integers(2, most + 1, size=len(kept) // 2 + 1)
+    ends = np.cumsum(sizes)
+    ends = np.append(ends[ends < len(kept)], len(kept)) if len(kept) else ends[:0]
+    starts = np.concatenate(([0], ends[:-1])).astype(np.int64)[: len(ends)]
+    out_src, out_tgt = list(src), list(tgt)
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        run = kept[a:b].tolist()
+        out_src[run[0]] = " ".join(src[i].strip() for i in run)
+        out_tgt[run[0]] = " ".join(tgt[i].strip() for i in run)
+    return out_src, out_tgt, kept[starts]
 
 
 def _save_links(

@@ -55,6 +55,11 @@ class TrainingText:
         self.formats: list[tuple[str, str, str]] = []  # per corpus: its format and, for one file, its keys
         for k, corpus in enumerate(corpora):
             fmt, langs = corpus.get("format", "lines"), corpus.get("langs", ["", ""])
+            if corpus.get("join", 1) > 1:
+                raise DataError(
+                    f"{corpus['files'][0]}: subword sampling reads the training text again by line; a joined corpus "
+                    "(data.corpora's join) has no line per pair: train without train.subword_sampling, or without join"
+                )
             if fmt == "parquet":
                 raise DataError(
                     f"{corpus['files'][0]}: subword sampling reads the training text again by line; a Parquet "
