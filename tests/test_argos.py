@@ -42,6 +42,7 @@ from transduce.export.argos import (
     plan,
 )
 from transduce.outputs import OutputError
+from transduce.runs import record_tokenizer
 
 pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'transduce[export]')")
 
@@ -140,6 +141,31 @@ def test_a_run_of_another_task_is_refused(config, tmp_path):
     assert not (tmp_path / "x.argosmodel").exists()
 
 
+def rare_pieces(run: Path, n: int) -> list[str]:
+    """The vocabulary's last `n` plain pieces (the rarest merges)."""
+    tokenizer = Tokenizer(run / "tokenizer.model")
+    plain = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size) if tokenizer.id_to_piece(i)[0] == "▁"]
+    return plain[-n:]
+
+
+def retagged(run: Path, copy: Path, tags: dict[str, str]) -> Path:
+    """A copy of `run` whose pieces `tags` names are tags instead (control symbols, in its settings file), as a run
+    trained with tagged corpora has them: each tag keeps its piece's id and embedding."""
+    from sentencepiece import sentencepiece_model_pb2  # protobuf: onnxruntime's, in the argos extra
+
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("step-*", "*.lock"))
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString((copy / "tokenizer.model").read_bytes())
+    for piece in proto.pieces:
+        if piece.piece in tags:
+            piece.piece, piece.type = tags[piece.piece], piece.CONTROL
+    (copy / "tokenizer.model").write_bytes(proto.SerializeToString())
+    meta = json.loads((copy / "tokenizer.json").read_text())
+    (copy / "tokenizer.json").write_text(json.dumps({**meta, "tags": list(tags.values())}))
+    record_tokenizer(copy)  # as training records the vocabulary it trained with
+    return copy
+
+
 def test_a_multilingual_run_gives_one_package_per_tag_and_a_back_translated_one_none(package):
     run, _, _ = package
     tokenizer = Tokenizer(run / "tokenizer.model")
@@ -152,21 +178,20 @@ def test_a_multilingual_run_gives_one_package_per_tag_and_a_back_translated_one_
     ]
     back_translated = Config(data=DataConfig(train="genuine", corpora=(CorpusConfig(prefix="bt", tag="<bt>"),)))
     assert plan(back_translated, tokenizer, out) == [Package(out, "", "en", "de")]  # untagged input: the model's own
-    piece = tokenizer.pieces("near")[0]  # any one token, as `translate --tag` takes
-    assert plan(back_translated, tokenizer, out, tag=piece) == [Package(out, piece, "en", "de")]
-    with pytest.raises(ConfigError, match="the tag '<2xx>' is not a token of the vocabulary"):
+    piece = tokenizer.pieces("near")[0]  # a plain token is no tag (`translate --tag` refuses it too)
+    with pytest.raises(ConfigError, match=f"the tag '{piece}' is not a tag of the vocabulary"):
+        plan(back_translated, tokenizer, out, tag=piece)
+    with pytest.raises(ConfigError, match="the tag '<2xx>' is not a tag of the vocabulary"):
         plan(config, tokenizer, out, tag="<2xx>")
-    clash = (CorpusConfig(prefix="a", tag="<de>"), CorpusConfig(prefix="b", tag="de"))
+    clash = (CorpusConfig(prefix="a", tag="<de>"), CorpusConfig(prefix="b", tag=">>de<<"))
     with pytest.raises(ExportError, match="do not name one file each: give --tag"):
         plan(Config(data=DataConfig(corpora=clash)), tokenizer, out)
 
 
 def test_each_tags_package_asks_the_engine_to_put_the_tag_first(package, tmp_path):
     run, _, _ = package
-    tokenizer = Tokenizer(run / "tokenizer.model")
-    tags = [p for p in map(tokenizer.id_to_piece, range(tokenizer.vocab_size)) if p.isalpha() and p.isupper()][:2]
-    copy = tmp_path / "multi"
-    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("step-*", "*.lock"))
+    tags = ["<2xx>", "<2yy>"]
+    copy = retagged(run, tmp_path / "multi", dict(zip(rare_pieces(run, 2), tags)))
     config = json.loads((copy / "config.json").read_text())
     config["data"] |= {
         "train": "",
@@ -174,7 +199,7 @@ def test_each_tags_package_asks_the_engine_to_put_the_tag_first(package, tmp_pat
     }
     (copy / "config.json").write_text(json.dumps(config))
     outs = export_argos(copy, tmp_path / "multi.argosmodel")
-    assert outs == [tmp_path / f"multi-{tag}.argosmodel" for tag in tags]
+    assert outs == [tmp_path / f"multi-{tag[1:-1]}.argosmodel" for tag in tags]
     for out, tag, target in zip(outs, tags, ("xx", "yy")):
         with zipfile.ZipFile(out) as archive:
             engine = json.loads(archive.read(f"{out.stem}/model/config.json"))
@@ -280,10 +305,11 @@ def argos_translate(out: Path, lines: list[str], root: Path, pair: tuple[str, st
 @pytest.mark.parametrize("tagged", [False, True], ids=["untagged", "tagged"])
 def test_argos_translate_installs_the_package_and_translates_as_our_engine(package, tmp_path, tagged):
     run, corpus, out = package
-    ours = CTranslate2Translator.from_run(run, threads=1)
-    tag = ours.tokenizer.pieces("near")[0] if tagged else ""  # "▁near", one token, stands for a tag
-    if tagged:
+    tag = "<2xx>" if tagged else ""
+    if tagged:  # the piece "▁near" becomes a tag: its embedding is the tag's, and "near" is spelt in other pieces
+        run = retagged(run, tmp_path / "tagged", {"▁near": tag})
         [out] = export_argos(run, tmp_path / "tagged.argosmodel", tag=tag)
+    ours = CTranslate2Translator.from_run(run, threads=1)
     lines = [*(corpus / "test.en").read_text().splitlines(), *(corpus / "valid.en").read_text().splitlines()]
     theirs = argos_translate(out, lines, tmp_path, ("en", "xx"))
     settings = {"beam": ARGOS_BEAM, "alpha": ARGOS_LENGTH_PENALTY, "length_penalty": "length", "tag": tag}

@@ -837,7 +837,7 @@ def test_a_tagged_treebank_is_marked_apart_through_every_draw(tmp_path, treebank
     plain_key = _cache_key(ParseDataConfig(train=("t",), corpora=(TreeCorpusConfig(file="e"),)), digests)
     tagged_key = _cache_key(ParseDataConfig(train=("t",), corpora=(TreeCorpusConfig(file="e", tag="<w>"),)), digests)
     assert tagged_key != plain_key
-    with pytest.raises(ConfigError, match="the weight must be above 0"):
+    with pytest.raises(ConfigError, match="the weight must be a finite number above 0"):
         TreeCorpusConfig(file="e", weight=0)
 
 

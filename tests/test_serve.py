@@ -259,7 +259,7 @@ def test_sampling_requests_repeat_by_seed_even_among_others_and_bad_ones_are_422
         for bad, says in (
             ({"sampling_topk": 0, "beam": 4}, "draws one translation per sentence"),
             ({"sampling_topk": 1, "sampling_topp": 0.5}, "needs a sampling top-k of 0"),
-            ({"tag": "<2fr>"}, "is not a token of the vocabulary"),
+            ({"tag": "<2fr>"}, "is not a tag of the vocabulary"),
             ({"sampling_topp": 0.0}, "sampling_topp"),
             ({"temperature": -1}, "temperature"),
         ):

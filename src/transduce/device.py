@@ -34,11 +34,11 @@ def pick_device(name: str = "auto") -> torch.device:
 def device_memory(device: torch.device) -> tuple[int, str]:
     """The memory a model on `device` has, in bytes, and the words for it: a GPU's own, else this machine's (0 when
     unknown: config/memory.py then refuses nothing)."""
-    from .config.memory import machine_memory
+    from .config.memory import available_memory
 
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory, f"GPU {device}"
-    return machine_memory(), "this machine"
+    return available_memory(), "this machine"
 
 
 def usable_cores() -> int:

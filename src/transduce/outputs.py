@@ -88,8 +88,22 @@ def write_manifest(folder: str | Path, kind: str, **extra) -> None:
     atomic_write_text(Path(folder) / MANIFEST, json.dumps({"kind": kind, **formatted, **extra}, indent=2) + "\n")
 
 
+def refuse_link(path: str | Path) -> None:
+    """Refuse (OutputError, one line) an output destination that is a symbolic link, whatever it points to. Replacing
+    an output renames the new one onto its name, which would replace the link itself (or move it aside, dangling,
+    with an earlier output of ours); writing into it would write where the link points: neither is what was asked.
+    Only the last part of the path counts: a folder above it may be a link (runs/ on another disk)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise OutputError(
+            f"{path}: is a symbolic link (to {os.readlink(path)}); transduce never writes its output through a link: "
+            "give the path it points to, or a new name"
+        )
+
+
 def _check_folder(path: Path, kind: str) -> bool:
     """True when `path` is already our output of this kind; False when it does not exist or is an empty folder."""
+    refuse_link(path)
     if path.exists() and not path.is_dir():
         raise OutputError(f"{path}: exists and is not a folder")
     if not path.is_dir():
@@ -134,10 +148,11 @@ def atomic_folder(final: str | Path, kind: str, **extra) -> Iterator[Path]:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_folder(final.parent, f".tmp-{final.name}-")
     try:
-        write_manifest(tmp, WRITING, of=kind)  # marked ours from the start: a kill leaves a folder known to be ours
-        yield tmp
-        # the manifest lists what we wrote: anything else found in the folder later is the user's, and is kept
-        write_manifest(tmp, kind, **extra, files=sorted(p.name for p in tmp.iterdir() if p.name != MANIFEST))
+        with names_file(final, temp=tmp, only_full=True):  # a full disk names the output, not the temporary
+            write_manifest(tmp, WRITING, of=kind)  # marked ours from the start: a kill leaves a folder known ours
+            yield tmp
+            # the manifest lists what we wrote: anything else found in the folder later is the user's, and is kept
+            write_manifest(tmp, kind, **extra, files=sorted(p.name for p in tmp.iterdir() if p.name != MANIFEST))
         # some writers (safetensors) create files 0600 whatever the umask: everything gets the modes open() and
         # mkdir() give, found from the folder's own (0777 less the umask; files without the execute bits)
         folder_mode = tmp.stat().st_mode & 0o777
@@ -252,16 +267,44 @@ def remove_own_folder(path: Path, kind: str) -> bool:
     return True
 
 
+# The errors of a destination that cannot take more: about the file being written, whatever file they name
+# (shutil.copyfile's names the file it copies from: its sendfile error gets the source's name).
+FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
 @contextlib.contextmanager
-def names_file(path: str | Path) -> Iterator[None]:
-    """An OSError raised without a file name inside (a write's: a full disk's errno 28 comes from f.write, which
-    names nothing) is raised again naming `path`, so its one line says where (issue 65 item 9)."""
+def names_file(path: str | Path, *, temp: Path | None = None, only_full: bool = False) -> Iterator[None]:
+    """An OSError of writing `path` is raised again naming `path`, so its one line says where (issue 65 item 9):
+    one raised without a file name (a full disk's errno 28 comes from f.write, which names nothing), one of a full
+    disk naming another file (FULL), and one naming `temp`, the temporary `path` is written as (a file inside a
+    temporary folder: the same file inside `path`), which is gone by the time the user reads the message.
+    `only_full`: of those without a file name, only a full disk's (around work that reads inputs too)."""
     try:
         yield
     except OSError as err:
-        if err.filename is None and err.errno is not None:
-            raise OSError(err.errno, err.strerror or str(err), str(path)) from None
-        raise
+        named = _written_name(err, Path(path), temp, only_full)
+        if named is None:
+            raise
+        raise OSError(err.errno, err.strerror or str(err), named) from None
+
+
+def _written_name(err: OSError, path: Path, temp: Path | None, only_full: bool) -> str | None:
+    """The file name `names_file` gives `err`, or None to leave it as it is."""
+    if err.errno is None:
+        return None
+    full = err.errno in FULL
+    if err.filename is None:
+        return str(path) if full or not only_full else None
+    # a full disk is the destination's: a copy's error names its source first, its destination second
+    given = err.filename2 if full and err.filename2 is not None else err.filename
+    if not isinstance(given, (str, bytes)):
+        return str(path) if full else None
+    named = Path(os.fsdecode(given))
+    if temp is not None and (named == temp or temp in named.parents):
+        return str(path / named.relative_to(temp))
+    if named == path or path in named.parents:  # names it already, or a file inside it (more exactly)
+        return None if given is err.filename else str(named)
+    return str(path) if full else None
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -269,13 +312,16 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write(path: str | Path, write) -> None:
-    """Call write(tmp) for a temporary file beside `path`, then rename it into place (umask permissions)."""
+    """Call write(tmp) for a temporary file beside `path`, then rename it into place (umask permissions). A symbolic
+    link at `path` is refused (the rename would replace the link), and an error of the write names `path`."""
     path = Path(path)
+    refuse_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_file(path.parent, f".{path.name}.")
     try:
         mode = tmp.stat().st_mode & 0o777  # 0666 less the umask
-        write(str(tmp))
+        with names_file(path, temp=tmp):  # a full disk's error names `path` (a copy's names its source)
+            write(str(tmp))
         os.chmod(tmp, mode)  # a writer may have made it anew with its own mode (safetensors: 0600)
         os.replace(tmp, path)
     except BaseException:
@@ -286,6 +332,7 @@ def atomic_write(path: str | Path, write) -> None:
 def refuse_existing_file(path: str | Path, what: str = "output file") -> None:
     """For outputs whose format cannot carry a mark of ours (plain text): an existing file is never replaced."""
     path = Path(path)
+    refuse_link(path)  # a dangling one too: it is the user's, and the write would replace it
     if path.is_dir():
         raise OutputError(f"{path}: is a folder; give a file name for the {what}")
     if path.exists():
@@ -337,6 +384,21 @@ def exclusive(folder: str | Path, what: str = "training") -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+def lock_holder(folder: str | Path) -> str | None:
+    """Who holds `folder`'s lock (`exclusive`: "pid N"), or None when nobody does. Reads only: no lock file is made."""
+    try:
+        fd = os.open(Path(folder) / LOCK, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+    finally:
+        os.close(fd)
+
+
 def remove_if_bare(folder: str | Path, created: str | Path | None = None, *, keep: bool = False) -> bool:
     """Remove `created` (a folder this command made: `folder` or one above it) when all it holds is `folder`'s
     manifest and lock file and empty folders (what a run refused before its first write leaves), so a refused command
@@ -352,12 +414,17 @@ def remove_if_bare(folder: str | Path, created: str | Path | None = None, *, kee
     if not keep:
         shutil.rmtree(top, ignore_errors=True)
         return True
-    for entry in top.iterdir():
+    empty_folder(top)
+    return True
+
+
+def empty_folder(folder: Path) -> None:
+    """Remove everything in `folder` (a folder whose contents are all this command's), keeping the folder."""
+    for entry in folder.iterdir():
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
-    return True
 
 
 @contextlib.contextmanager
@@ -368,6 +435,7 @@ def exclusive_output(final: str | Path, what: str) -> Iterator[None]:
     over; one removed by its holder between our open and our lock is opened anew (its inode is checked). Where
     the parent cannot be written (a read-only cache being reused) no one can write beside `final`: nothing to lock."""
     final = Path(final)
+    refuse_link(final)
     path = final.parent / f".{final.name}{LOCK}"
     while True:
         try:

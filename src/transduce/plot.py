@@ -10,7 +10,7 @@ from pathlib import Path
 import matplotlib
 
 from .data import DataError
-from .outputs import OutputError, atomic_write, claim_folder
+from .outputs import OutputError, atomic_write, claim_folder, refuse_link
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -123,6 +123,7 @@ def check_picture_target(out: str | Path) -> Path:
     out = Path(out)
     if out.suffix.lower() not in FORMATS:
         raise OutputError(f"{out}: the picture format comes from the name; use .png, .svg or .pdf")
+    refuse_link(out)  # its mark would be read, and the picture put, where the link points
     if out.is_dir():
         raise OutputError(f"{out}: is a folder; give a file name ending in .png, .svg or .pdf")
     if out.exists():

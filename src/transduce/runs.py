@@ -28,8 +28,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_model
 
 from .data.marian import load_tokenizer
+from .data.text import file_digest
 from .data.tokenizer import Tokenizer
-from .outputs import CT2_EXPORT, atomic_write, atomic_write_text, read_manifest
+from .outputs import CT2_EXPORT, atomic_write, atomic_write_text, read_manifest, write_manifest
 
 CHECKPOINTS = "checkpoints"
 
@@ -173,8 +174,34 @@ class OpenedRun:
     config: Any
 
     def tokenizer(self) -> Tokenizer:
-        """The run's vocabulary (RUN/tokenizer.model: ours, or a Marian import's)."""
-        return load_tokenizer(self.folder / "tokenizer.model")
+        """The run's vocabulary (RUN/tokenizer.model: ours, or a Marian import's), the one it was trained with
+        (`check_tokenizer`)."""
+        tokenizer = load_tokenizer(self.folder / "tokenizer.model")  # a damaged file: SentencePiece's refusal
+        check_tokenizer(self.folder)
+        return tokenizer
+
+
+TOKENIZER_DIGEST = "tokenizer_sha256"  # the run manifest's record of the vocabulary it trained with
+
+
+def record_tokenizer(folder: Path) -> None:
+    """Record RUN/tokenizer.model's SHA-256 in the run's manifest (training writes it with the file)."""
+    manifest = read_manifest(folder) or {}
+    kind = manifest.pop("kind", "run")
+    write_manifest(folder, kind, **{**manifest, TOKENIZER_DIGEST: file_digest(folder / "tokenizer.model")})
+
+
+def check_tokenizer(folder: Path) -> None:
+    """Refuse (CheckpointError, one line) a run whose RUN/tokenizer.model is not the one it trained with: another
+    valid SentencePiece model of the same size loads without complaint and turns every id into other text (issue 76).
+    A run made before the record, or an import, has none and is not checked."""
+    recorded = (read_manifest(folder) or {}).get(TOKENIZER_DIGEST)
+    path = folder / "tokenizer.model"
+    if recorded and path.is_file() and file_digest(path) != recorded:
+        raise CheckpointError(
+            f"{path}: not the vocabulary this run was trained with (its SHA-256 differs from the one in "
+            f"{folder / 'transduce-manifest.json'}); put the run's own tokenizer.model back"
+        )
 
 
 def open_run(path: str | Path, task: str) -> OpenedRun:

@@ -208,33 +208,61 @@ def _sampling(args) -> dict:
     return {key: value for key, value in given.items() if value is not None}
 
 
+SCORE_BLOCK = 10_000  # pairs score-pairs reads, scores and writes at a time: its memory, whatever the files' size
+SHOWN_LINES = 10  # the cut pairs' lines named in score-pairs' note
+
+
 def cmd_score_pairs(args) -> int:
-    from ..data import DataError, read_lines
+    """Per pair of --src and --tgt, its scores on one line, in file order: the files are read, scored and written
+    SCORE_BLOCK pairs at a time (data/pair_blocks.py checks both through first: different line counts, an empty file,
+    invalid UTF-8 are refused before a score is written).
+
+    A side longer than the model's positions is scored on its first pieces (what fits: model.max_len - 1 tokens, EOS
+    included), not refused: a user filtering a corpus by score needs a score line for every pair, so that the output
+    stays beside the corpus line for line, and one long sentence among millions must not stop the run. One note on
+    stderr counts those pairs and names their first lines; their TOKENS column counts what was scored."""
+    from ..config.bounds import check_value
+    from ..data.pair_blocks import pair_blocks
     from ..decoding.translator import Translator
     from ..documents.words import pharaoh
     from ..export.ct2_translator import CTranslate2Translator
 
     check_precision_engine(args)
-    src, tgt = input_path(args.src), input_path(args.tgt)
-    sources, targets = read_lines(src, errors=args.errors), read_lines(tgt, errors=args.errors)
-    if len(sources) != len(targets):
-        raise DataError(f"{src} has {len(sources)} lines but {tgt} has {len(targets)}: score-pairs needs one per pair")
+    if args.batch_tokens is not None:
+        check_value("decode.batch_tokens", args.batch_tokens, name="--batch-tokens", kind=int)
+    blocks = pair_blocks(input_path(args.src), input_path(args.tgt), SCORE_BLOCK, errors=args.errors)
     scorer: Translator | CTranslate2Translator
     if args.engine == "ctranslate2":
         scorer = CTranslate2Translator.from_run(args.run, device=args.device)
     else:
         scorer = Translator.from_run(args.run, device=args.device, precision=args.precision)
-    out = sys.stdout
-    tag = args.tag or ""
-    scores = scorer.score(sources, targets, batch_tokens=args.batch_tokens, tokens=args.tokens, tag=tag)
-    links = scorer.pair_alignments(sources, targets, tag=tag) if args.alignment else [[] for _ in scores]
-    for pair, pair_links in zip(scores, links):
-        fields = [f"{pair.total:.6f}", str(pair.tokens), f"{pair.mean:.6f}"]
-        fields += [" ".join(f"{x:.6f}" for x in pair.per_token or [])] if args.tokens else []
-        fields += [pharaoh(pair_links)] if args.alignment else []
-        out.write("\t".join(fields) + "\n")
-    out.flush()
+    out, tag = sys.stdout, args.tag or ""
+    cut: list[int] = []  # the cut pairs' line numbers, the first SHOWN_LINES of them
+    n_cut = 0
+    for first, sources, targets in blocks:
+        scores = scorer.score(sources, targets, batch_tokens=args.batch_tokens, tokens=args.tokens, tag=tag)
+        links = scorer.pair_alignments(sources, targets, tag=tag) if args.alignment else [[] for _ in scores]
+        for pair, pair_links in zip(scores, links):
+            fields = [f"{pair.total:.6f}", str(pair.tokens), f"{pair.mean:.6f}"]
+            fields += [" ".join(f"{x:.6f}" for x in pair.per_token or [])] if args.tokens else []
+            fields += [pharaoh(pair_links)] if args.alignment else []
+            out.write("\t".join(fields) + "\n")
+        out.flush()
+        lines = [first + j + 1 for j, pair in enumerate(scores) if pair.cut]
+        n_cut += len(lines)
+        cut += lines[: SHOWN_LINES - len(cut)]
+    _note_cut_pairs(n_cut, cut)
     return 0
+
+
+def _note_cut_pairs(n_cut: int, lines: list[int]) -> None:
+    if n_cut:
+        more = f" and {n_cut - len(lines)} more" if n_cut > len(lines) else ""
+        print(
+            f"note: {n_cut} pair(s) longer than the model's positions were scored on the pieces that fit (line(s) "
+            f"{', '.join(map(str, lines))}{more}): their scores count fewer tokens than the sentences hold",
+            file=sys.stderr,
+        )
 
 
 def cmd_score(args) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 def cmd_import(args) -> int:
     from ..export.hf_import import import_huggingface
+    from ..outputs import refuse_link
 
+    refuse_link(args.out)  # before the model is read (the import's own checks come after that)
     out = import_huggingface(args.folder, args.out, src=args.src, tgt=args.tgt)
     print(f"imported {args.folder} into {out} (a run directory: translate, evaluate, serve, train --init-from)")
     return 0

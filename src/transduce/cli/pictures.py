@@ -20,8 +20,10 @@ def _attention_source(run: str, device: str):
 
 
 def cmd_attention(args) -> int:
+    from ..outputs import check_replaceable
     from ..plot import plot_attention, plot_token_attention
 
+    check_replaceable(args.out, "pictures")  # before the model is loaded (plot_attention claims it)
     translator = _attention_source(args.run, args.device)
     _check_picture_input(translator, args.src, args.tgt)
     n_layers = {"encoder": len(translator.model.encoder.layers), "decoder": len(translator.model.decoder.layers)}

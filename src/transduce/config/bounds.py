@@ -81,7 +81,7 @@ BOUNDS: dict[str, Bound] = {
     "model.attention_dropout": RATE,
     "model.activation_dropout": RATE,
     "model.max_len": Bound(2),  # EOS or BOS and one token
-    "model.attention_window": COUNT,
+    "model.attention_window": Bound(0, 2**31 - 1),  # past the longest sequence a window is full attention
     "model.pad_id": COUNT,
     "model.bos_id": COUNT,
     "model.eos_id": COUNT,

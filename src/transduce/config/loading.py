@@ -172,7 +172,7 @@ def load_config(recipe: str | Path | None = None, overrides: typing.Sequence[str
         except OSError as err:
             raise ConfigError(f"{path}: cannot read recipe ({err.strerror})") from None
         try:
-            raw = tomllib.loads(text)
+            raw = tomllib.loads(text.removeprefix("\ufeff"))  # a byte-order mark an editor put there is no TOML
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"{path}: not valid TOML: {err}") from None
     return apply_overrides(raw, overrides, cls)

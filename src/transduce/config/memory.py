@@ -7,15 +7,16 @@ the positional tables and the layers' weights and biases (not the parser's word 
 ones), at 4 bytes each (float32, as every model is built); training adds their gradients and Adam's two moments
 (12 bytes more each) and a batch of `train.max_tokens` tokens per side, counting per token and layer only its
 d_model-wide input, the attention's query, key, value and output and the feed-forward layer's hidden values, and the
-target's logits, at 2 bytes a value (the least any precision stores). A setting whose estimate exceeds the memory of
-the machine (or of the GPU that trains) is refused in one line naming the setting that costs the most and the
-estimate.
+target's logits, at 2 bytes a value (the least any precision stores). A setting whose estimate exceeds the memory the
+process can still take (`available_memory`: the machine's, less what is in use, within `ulimit -v` and a container's
+limit; or the GPU's that trains) is refused in one line naming the setting that costs the most and the estimate.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
@@ -87,6 +88,51 @@ def machine_memory() -> int:
         return 0
 
 
+def available_memory() -> int:
+    """The memory this process can still take, in bytes: the least of the machine's physical memory, what the
+    system reports available (MemAvailable: free and reclaimable), a cgroup's limit (a container's) less its use, and
+    the address-space limit (`ulimit -v`) less what the process maps already. 0 where none can be read."""
+    known = [n for n in (machine_memory(), _meminfo_available(), _cgroup_room(), _address_space_room()) if n > 0]
+    return min(known, default=0)
+
+
+def _meminfo_available() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _cgroup_room() -> int:
+    """A cgroup v2 limit less its current use (0: none, or not readable)."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit == "max":
+            return 0
+        return max(1, int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        return 0
+
+
+def _address_space_room() -> int:
+    """RLIMIT_AS (`ulimit -v`) less the process's mapped size (VmSize); 0 where there is no such limit."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft == resource.RLIM_INFINITY:
+            return 0
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return max(1, soft - int(line.split()[1]) * 1024)
+        return soft
+    except (ImportError, OSError, ValueError, IndexError):
+        return 0
+
+
 def size(n: float) -> str:
     """Bytes in binary units: 512 B, 3.2 GiB, 1.7e+04 PiB."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -125,8 +171,10 @@ _SETTINGS = {
     "decoder_layers": "model.n_layers",
     "max_len": "model.max_len",
     "tokens": "train.max_tokens",
+    "head": "head.hidden",
 }
-_MODEST = {"vocab": 8000, "d_model": 512, "d_ff": 2048, "encoder_layers": 6, "decoder_layers": 6, "max_len": 1024}
+_MODEST = {"vocab": 8000, "d_model": 512, "d_ff": 2048, "encoder_layers": 6, "decoder_layers": 6, "max_len": 1024,
+           "head": 512 * 2048}  # fmt: skip
 
 
 def costliest(shape: Shape) -> str:
@@ -142,19 +190,21 @@ def costliest(shape: Shape) -> str:
 
 
 def check_fits(shape: Shape, *, available: int = 0, where: str = "") -> None:
-    """Refuse a Shape whose estimate exceeds `available` bytes (default: this machine's memory), in one line naming
-    the costliest setting, the estimate and its parts."""
-    available = available or machine_memory()
+    """Refuse a Shape whose estimate exceeds `available` bytes (default: the memory this process can still take,
+    `available_memory`), in one line naming the costliest setting, the estimate and its parts."""
+    available = available or available_memory()
     total = shape.total()
     if not available or total <= available:
         return
     field = costliest(shape)
     setting = {**_SETTINGS, **dict(shape.names)}[field]
+    # the head's weights come from two settings: `names` holds the costlier one with its value (`with_head_setting`)
+    shown = setting if field == "head" else f"{setting} = {getattr(shape, field):,}"
     parts = ", ".join(f"{name} {size(n)}" for name, n in shape.parts().items())
     purpose = "training" if shape.tokens else "the model"
     raise ConfigError(
-        f"{setting} = {getattr(shape, field):,}: {purpose} needs at least {size(total)} of memory ({parts}), more "
-        f"than {where or 'this machine'}'s {size(available)}"
+        f"{shown}: {purpose} needs at least {size(total)} of memory ({parts}), more "
+        f"than {where or 'this machine'}'s {size(available)} available"
     )
 
 
@@ -168,17 +218,40 @@ def run_shape(config: Any) -> Shape:
     head = getattr(config, "head", None)
     if head is None:
         return model_shape(config.model, vocab=vocab, tokens=config.train.max_tokens)
-    return model_shape(
+    shape = model_shape(
         config.model,
         vocab=vocab,
         decoder=False,
         head=head_weights(config.model, head, data.max_len),
         tokens=config.train.max_tokens,
     )
+    return with_head_setting(shape, config.model, head, data.max_len)
 
 
 def head_weights(model: Any, head: Any, max_len: int) -> int:
-    """The classification head's first matrix (model/classifier.py): its input is d_model wide, or every position's
-    state side by side with "flatten" pooling."""
+    """The classification head's two matrices (model/classifier.py): the first's input is d_model wide, or every
+    position's state side by side with "flatten" pooling; the second gives n_classes (at least 2) logits."""
     width = model.d_model * (max_len + (head.pooling == "cls")) if head.pooling == "flatten" else model.d_model
-    return width * (head.hidden or model.d_model)
+    hidden = head.hidden or model.d_model
+    return width * hidden + hidden * max(2, head.n_classes)
+
+
+def with_head_setting(shape: Shape, model: Any, head: Any, max_len: int) -> Shape:
+    """`shape` naming the head's costlier setting, with its value, for a refusal (head.hidden or head.n_classes)."""
+    width = model.d_model * (max_len + (head.pooling == "cls")) if head.pooling == "flatten" else model.d_model
+    hidden = head.hidden or model.d_model
+    name = "head.hidden" if width * hidden >= hidden * head.n_classes else "head.n_classes"
+    value = head.hidden if name == "head.hidden" else head.n_classes
+    return dataclasses.replace(shape, names=(*shape.names, ("head", f"{name} = {value:,}")))
+
+
+def decoding_batch_tokens(model: Any, *, beam: int, members: int, batch_tokens: int, available: int) -> int:
+    """decode.batch_tokens, lowered where a batch's search could not fit in half of `available` bytes (0: as given;
+    issue 76: `--beam 64 --batch-tokens 1000000`, both allowed, grew past 5 GB into a traceback). Per source token
+    of a batch, each of the beam's rows (of each ensemble member) keeps every decoder layer's keys and values over
+    the source (cross-attention) and over at least as many target positions (self-attention), 4 bytes a value: a
+    lower bound, so half the memory is the budget. A batch always takes one sentence, however long."""
+    if not available:
+        return batch_tokens
+    per_token = beam * members * 2 * 2 * model.d_model * model.decoder_layers * PARAMETER_BYTES
+    return max(1, min(batch_tokens, available // (2 * per_token)))

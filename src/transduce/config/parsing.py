@@ -83,7 +83,7 @@ class ParseDataConfig:
 
     @property
     def tags(self) -> tuple[str, ...]:
-        """The corpora's tags, each once, in order: user symbols of the words' vocabulary."""
+        """The corpora's tags, each once, in order: tag tokens of the words' vocabulary (data/tokenizer.py)."""
         return tuple(dict.fromkeys(c.tag for c in self.corpora if c.tag))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,7 +104,9 @@ class ModelConfig:
 
 
 MAX_JOIN = 16  # data.corpora's join: at most this many pairs a unit
-TAG_CHARACTERS = "<>_-" + "".join(map(chr, range(ord("a"), ord("z") + 1)))  # what a tag may hold besides A-Z, 0-9
+# a tag: <NAME>, >>NAME<< (Marian's form) or __NAME__ (fairseq's), NAME of ASCII letters, digits, _ and -: a form that
+# words of plain text do not take by accident (issue 76: the tag `man` was a piece of "woman")
+TAG_FORM = re.compile(r"<[A-Za-z0-9][A-Za-z0-9_-]*>|>>[A-Za-z0-9][A-Za-z0-9_-]*<<|__[A-Za-z0-9][A-Za-z0-9_-]*__")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,8 +115,8 @@ class CorpusConfig:
 
     `weight`: each epoch draws weight x (its pairs) of this corpus: 2 takes every pair twice, 0.5 a seeded half, so a
     small corpus can be upsampled and a big one downsampled. `tag` (e.g. `<bt>`, `<2de>`): one token of the
-    vocabulary (a SentencePiece user symbol) put before every source of this corpus; `translate --tag` puts it
-    before the input at inference."""
+    vocabulary (a SentencePiece control symbol: put in by id, never read from text) put before every source of
+    this corpus; `translate --tag` puts it before the input at inference."""
 
     prefix: str  # the corpus's files: PREFIX.{src} and PREFIX.{tgt} (plain or .gz)
     src: str = ""  # its source suffix; empty: data.src
@@ -145,14 +148,17 @@ class CorpusConfig:
 def check_corpus(weight: float, tag: str, what: str) -> None:
     """A corpus's weight (finite, > 0) and tag (`check_tag`)."""
     if not (weight > 0 and math.isfinite(weight)):
-        raise ConfigError(f"{what}: the weight must be above 0, got {weight}")
+        raise ConfigError(f"{what}: the weight must be a finite number above 0, got {weight}")
     check_tag(tag, f"{what}: tag")
 
 
 def check_tag(tag: str, what: str) -> None:
-    """A tag is empty (none) or one word of letters, digits and < > _ - (`<2de>`, `<bt>`, `>>fr<<`)."""
-    if tag and (not all(c.isascii() and (c.isalnum() or c in TAG_CHARACTERS) for c in tag) or len(tag) > 32):
-        raise ConfigError(f"{what} {tag!r}: a tag is up to 32 letters, digits and the characters < > _ -")
+    """A tag is empty (none) or `TAG_FORM`, up to 32 characters: `<2de>`, `<bt>`, `>>fr<<`, `__de__`."""
+    if tag and (not TAG_FORM.fullmatch(tag) or len(tag) > 32):
+        raise ConfigError(
+            f"{what} {tag!r}: a tag is <NAME>, >>NAME<< or __NAME__ (NAME: ASCII letters, digits, _ and -), up to 32 "
+            "characters"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,10 +207,17 @@ class DataConfig:
         check_tag(self.valid_tag, "data.valid_tag")
         if self.valid_tag and not self.valid:
             raise ConfigError("data.valid_tag tags the validation sources, but data.valid is empty")
+        trained = [c.tag for c in self.corpora if c.tag]
+        if self.valid_tag and self.valid_tag not in trained:
+            has = f"theirs: {', '.join(dict.fromkeys(trained))}" if trained else "none has a tag"
+            raise ConfigError(
+                f"data.valid_tag {self.valid_tag!r} is the tag of no training corpus (data.corpora; {has}): the "
+                "model would be validated on a tag it never trained with"
+            )
 
     @property
     def tags(self) -> tuple[str, ...]:
-        """The corpora's tags and data.valid_tag, each once, in order: the vocabulary's user symbols."""
+        """The corpora's tags and data.valid_tag, each once, in order: the vocabulary's tag tokens (tokenizer.py)."""
         return tuple(dict.fromkeys(t for t in (*(c.tag for c in self.corpora), self.valid_tag) if t))
 
 

@@ -1,8 +1,8 @@
 """Data: text readers (text.py), the joint SentencePiece tokenizer (tokenizer.py), token arrays and batches
 (corpus.py), parallel-corpus preparation (parallel.py, in chunks by stream.py), the cache every task's data uses
-(cache.py), token-count batching (batching.py); trees and their linearization (trees.py, kinds.py), treebank
-preparation (treebank.py), the parser's pointer reads (pointers.py) and tree augmentation (augment.py); labelled
-text for the classifier (labelled.py).
+(cache.py), token-count batching (batching.py), two line-aligned files read in blocks (pair_blocks.py: score-pairs);
+trees and their linearization (trees.py, kinds.py), treebank preparation (treebank.py), the parser's pointer reads
+(pointers.py) and tree augmentation (augment.py); labelled text for the classifier (labelled.py).
 
 corpus.py (whose collate needs torch) and parallel.py are imported on first use: the processes that encode a
 corpus (stream.py) start without torch."""

@@ -72,6 +72,44 @@ def corpus_draw(bounds: np.ndarray, weights: list[float], *, seed: int, epoch: i
     return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
 
 
+# what forming an epoch's batches holds per drawn pair at its peak, at the least (make_batches: the draw, the shuffled
+# order, both sides' lengths and the sort key as int32, the sort's permutation as int64)
+EPOCH_BYTES_PER_PAIR = 28
+
+
+def draw_sizes(bounds: np.ndarray, weights: list[float]) -> list[int]:
+    """How many pairs `corpus_draw` takes of each corpus per epoch, counted with its arithmetic, without drawing."""
+    counts = []
+    for c, weight in enumerate(weights):
+        size = int(bounds[c + 1] - bounds[c])
+        whole, extra = divmod(weight * size, size) if size else (0, 0)
+        counts.append(int(whole) * size + round(extra))
+    return counts
+
+
+def check_draw(corpora: list[dict], bounds: np.ndarray, weights: list[float], available: int) -> None:
+    """Refuse, before step 1, an epoch that cannot be trained: a corpus whose weight draws none of its pairs (the
+    epoch would hold none of them; with every corpus so, the loop would wait for an epoch forever), and weights that
+    make the epoch's index arrays larger than `available` bytes of memory (0: not checked). One line naming the
+    corpus (its first file) and its weight."""
+    counts = draw_sizes(bounds, weights)
+    for corpus, count, weight in zip(corpora, counts, weights):
+        size = int(corpus["sentences"])
+        if count == 0:
+            raise ValueError(
+                f"data.corpora ({corpus['files'][0]}): weight {weight:g} draws none of its {size:,} pairs per epoch; "
+                f"the least weight that draws one is {0.5 / max(1, size):.3g}"
+            )
+    need = sum(counts) * EPOCH_BYTES_PER_PAIR
+    if available and need > available:
+        k = max(range(len(counts)), key=counts.__getitem__)
+        raise ValueError(
+            f"data.corpora ({corpora[k]['files'][0]}): weight {weights[k]:g} draws {counts[k]:,} pairs per epoch; "
+            f"forming an epoch of {sum(counts):,} pairs needs at least {need / 2**30:.1f} GiB of memory, more than "
+            f"the {available / 2**30:.1f} GiB available: lower the weight"
+        )
+
+
 def epoch_batches(
     src_lengths: np.ndarray, tgt_lengths: np.ndarray, draw: np.ndarray | None, *, max_tokens: int, seed: int, epoch: int
 ) -> list[np.ndarray]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .text import DataError
+from .text import DataError, without_bom
 
 FORMATS = {".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}  # a corpus file's suffix (before .gz) -> format
 
@@ -59,6 +59,8 @@ def pair_blocks(path: Path, fmt: str, src: str, tgt: str, rows: int) -> Iterator
             if not lines:
                 return
             starts = np.cumsum([at] + [len(line) for line in lines[:-1]], dtype=np.int64)
+            if first == 0:  # the file's start: a byte-order mark is no part of the first row (nor valid JSON)
+                lines[0] = without_bom(lines[0])
             pairs = [row_sides(line, fmt, src, tgt, path, first + k + 1) for k, line in enumerate(lines)]
             yield len(lines), _joined(p[0] for p in pairs), _joined(p[1] for p in pairs), starts
             first += len(lines)

@@ -162,5 +162,5 @@ class MarianVocab(Tokenizer):
         if ident is None or ident in vars(self.special).values():
             tags = self.tags
             known = f"its tags: {', '.join(tags[:12])}{', ...' if len(tags) > 12 else ''}" if tags else "it has no tags"
-            raise TokenizerError(f"the tag {tag!r} is not a token of the vocabulary {self.path} ({known})")
+            raise TokenizerError(f"the tag {tag!r} is not a tag of the vocabulary {self.path} ({known})")
         return ident

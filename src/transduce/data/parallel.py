@@ -28,7 +28,9 @@ from ..outputs import (
     claim_folder,
     exclusive,
     exclusive_output,
+    names_file,
     read_manifest,
+    refuse_link,
     remove_if_bare,
     remove_leftovers,
     remove_own_folder,
@@ -110,6 +112,8 @@ def prepare(
     the run's model was trained on the old vocabulary and token ids. A prepare that was interrupted continues from
     the chunks it finished (kept beside `out_dir` in .partial-NAME-KEY until the cache is complete).
     """
+    if not frozen:  # refused before the inputs are read (exclusive_output and atomic_folder refuse it too)
+        refuse_link(out_dir)
     out_dir = Path(out_dir).absolute()  # `--out .` has a name and a parent: the lock and leftovers are beside it
     check_vocab_sample(config)
     config, tokenizer_digest = with_tokenizer(config)
@@ -201,8 +205,8 @@ def _prepare_resumable(config: DataConfig, files: dict, out: Path, key: str, max
             if resumed:
                 log(f"data: continuing the interrupted prepare kept in {work}")
             return _prepare_into(config, files, out, work, max_tokens, log)
-    except DataError:
-        remove_own_folder(work, PARTIAL)  # the inputs are at fault: once fixed, their key (and folder) differ
+    except (DataError, TokenizerError):
+        remove_own_folder(work, PARTIAL)  # the inputs or options are at fault: once fixed, their key differs
         raise
     except (OSError, KeyboardInterrupt):
         log(f"data: the finished part is kept in {work}; the same command continues from it")
@@ -218,7 +222,8 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
         log(f"data: encoding with the vocabulary of {given} ({config.vocab_size} pieces)")
         for src, dst in ((given, tokenizer_path), (given.with_suffix(".json"), tokenizer_path.with_suffix(".json"))):
             if src.is_file():
-                shutil.copyfile(src, dst)
+                with names_file(dst):  # a full disk's error names the copy (shutil's names its source)
+                    shutil.copyfile(src, dst)
     elif not tokenizer_path.is_file():
         _learn_vocabulary(config, files, tokenizer_path, log)
     tokenizer = load_tokenizer(tokenizer_path)
@@ -228,7 +233,8 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
 
     for name in ("tokenizer.model", "tokenizer.json"):
         if (work / name).is_file():  # a given SentencePiece model may have no settings file beside it
-            shutil.copyfile(work / name, out / name)
+            with names_file(out / name):
+                shutil.copyfile(work / name, out / name)
     summary: dict[str, Any] = {  # summary.json
         "src": config.src,
         "tgt": config.tgt,
@@ -298,9 +304,13 @@ def _tag_id(tokenizer: Tokenizer, tag: str, config: DataConfig) -> int:
     """A tag's one token id; a tag that is not a token of data.tokenizer's vocabulary is refused, naming the key."""
     try:
         return tokenizer.tag_id(tag)
-    except TokenizerError as err:
+    except TokenizerError:
         key = "data.valid_tag" if tag == config.valid_tag else "data.corpora"
-        raise DataError(f"{key}: {err}; a given vocabulary (data.tokenizer) must hold every tag") from None
+        known = f"its tags: {', '.join(tokenizer.tags)}" if tokenizer.tags else "it was learned with no tags"
+        raise DataError(  # the given vocabulary named, not the work folder's copy of it
+            f"{key}: the tag {tag!r} is not a tag of the vocabulary {config.tokenizer} ({known}); a given vocabulary "
+            "(data.tokenizer) must hold every tag"
+        ) from None
 
 
 def _learn_vocabulary(config: DataConfig, files: dict, tokenizer_path: Path, log) -> None:

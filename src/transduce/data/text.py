@@ -16,6 +16,15 @@ class DataError(ValueError):
 
 
 # Reading ----------------------------------------------------------------------------------------------------------
+BOM = b"\xef\xbb\xbf"  # U+FEFF in UTF-8: the byte-order mark editors (Windows Notepad) put at a file's start
+
+
+def without_bom(start: bytes) -> bytes:
+    """The bytes at the very start of a file without a UTF-8 byte-order mark: it is no part of the first line's text
+    (kept, it would be inside the first word: a different token, a lower BLEU). U+FEFF anywhere else is kept."""
+    return start[len(BOM) :] if start.startswith(BOM) else start
+
+
 def data_root() -> Path | None:
     root = os.environ.get("TRANSDUCE_DATA")
     return Path(root) if root else None
@@ -63,14 +72,17 @@ def read_lines(path: Path, *, errors: str = "strict", allow_empty: bool = False)
     except OSError as err:
         raise DataError(f"{path}: cannot read ({err.strerror})") from None
     name = "<stdin>" if str(path) == "-" else str(path)
-    if not raw.strip() and not allow_empty:
+    if not without_bom(raw).strip() and not allow_empty:  # decode_lines drops the mark
         raise DataError(f"{name}: the file is empty")
     return decode_lines(raw, name, errors=errors)
 
 
 def decode_lines(raw: bytes, name: str, *, errors: str = "strict", first_line: int = 0) -> list[str]:
     """Bytes -> lines without their line ends (a trailing "\\r" removed). Invalid UTF-8 under errors="strict" is
-    refused naming the file and the line (`first_line`: how many lines of the file come before `raw`)."""
+    refused naming the file and the line (`first_line`: how many lines of the file come before `raw`; at 0, `raw`
+    is the file's start, and a byte-order mark there is dropped: every reader of text files comes here)."""
+    if first_line == 0:
+        raw = without_bom(raw)
     try:
         text = raw.decode("utf-8", errors=errors)
     except UnicodeDecodeError as err:

@@ -5,8 +5,10 @@ Special ids are defined here, once, and written into the SentencePiece model its
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -14,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import sentencepiece as spm
+
+from ..config.sections import TAG_FORM
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -84,26 +88,49 @@ class Tokenizer:
 
     @property
     def tags(self) -> tuple[str, ...]:
-        """The tags (data.corpora's, data.valid_tag) this vocabulary was learned with, each one user symbol."""
-        tags = self.meta.get("tags", [])
-        return tuple(tags) if isinstance(tags, list) else ()
+        """The tags (data.corpora's, data.valid_tag) this vocabulary was learned with (its settings file lists them),
+        and in a SentencePiece model given without one, its control symbols of a tag's form (`<2de>`)."""
+        tags = self.meta.get("tags")
+        if isinstance(tags, list):
+            return tuple(t for t in tags if isinstance(t, str))
+        specials = {PAD_ID, UNK_ID, BOS_ID, EOS_ID}
+        return tuple(
+            piece
+            for i in range(self.sp.get_piece_size())
+            if i not in specials and self.sp.is_control(i) and TAG_FORM.fullmatch(piece := self.sp.id_to_piece(i))
+        )
 
     def tag_id(self, tag: str) -> int:
-        """The one token id of `tag` (put before a source: data.corpora's tag, `translate --tag`); a tag that is
-        not one piece of this vocabulary is refused."""
-        ident = self.sp.piece_to_id(tag) if tag else UNK_ID
-        if ident == UNK_ID or self.sp.is_control(ident):
+        """The one token id of `tag` (put before a source: data.corpora's tag, `translate --tag`); anything but one
+        of the vocabulary's `tags` (a plain piece such as `▁A` included) is refused."""
+        ident = self.sp.piece_to_id(tag) if tag in self.tags else UNK_ID
+        if ident == UNK_ID:
             known = f"its tags: {', '.join(self.tags)}" if self.tags else "it was learned with no tags"
-            raise TokenizerError(f"the tag {tag!r} is not a token of the vocabulary {self.path} ({known})")
+            raise TokenizerError(f"the tag {tag!r} is not a tag of the vocabulary {self.path} ({known})")
         return ident
+
+    @functools.cached_property
+    def _text_tags(self) -> frozenset[int]:
+        """Tags that encoding text can produce: a vocabulary made before tags were control symbols holds them as
+        user symbols, which SentencePiece matches inside any text (issue 76: the tag `man` in "woman")."""
+        ids = (self.sp.piece_to_id(t) for t in self.tags)
+        return frozenset(i for i in ids if i != UNK_ID and not self.sp.is_control(i))
+
+    def _as_text(self, seqs: list[list[int]]) -> list[list[int]]:
+        """Encoded text never holds a tag: in an old vocabulary (`_text_tags`) text that spells one is unknown."""
+        if not self._text_tags:
+            return seqs
+        tags = self._text_tags
+        return [[UNK_ID if i in tags else i for i in ids] if tags.intersection(ids) else ids for ids in seqs]
 
     def normalize(self, text: str) -> str:
         return text.lower() if self.lowercase else text
 
     def encode(self, texts: Sequence[str], *, num_threads: int | None = None) -> list[list[int]]:
-        """Texts -> token ids (no BOS/EOS; callers add them), on `num_threads` threads (default: every core)."""
+        """Texts -> token ids (no BOS/EOS; callers add them), on `num_threads` threads (default: every core). Text
+        that spells a tag is encoded as text: a tag is put in by its id only (`tag_id`)."""
         threads = num_threads or os.cpu_count() or 1
-        return self.sp.encode([self.normalize(t) for t in texts], out_type=int, num_threads=threads)
+        return self._as_text(self.sp.encode([self.normalize(t) for t in texts], out_type=int, num_threads=threads))
 
     def encode_target(self, texts: Sequence[str], *, num_threads: int | None = None) -> list[list[int]]:
         return self.encode(texts, num_threads=num_threads)
@@ -117,7 +144,7 @@ class Tokenizer:
         the same segmentations (one thread: SentencePiece's generator is seeded once per call). `target`: the side
         (one model serves both here)."""
         spm.set_random_generator_seed(seed)
-        return self.sp.encode(
+        drawn = self.sp.encode(
             [self.normalize(t) for t in texts],
             out_type=int,
             enable_sampling=True,
@@ -125,6 +152,7 @@ class Tokenizer:
             nbest_size=-1,
             num_threads=1,
         )
+        return self._as_text(drawn)
 
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         return self.sp.decode([list(map(int, x)) for x in ids])
@@ -154,7 +182,8 @@ class Tokenizer:
         tags: Sequence[str] = (),
     ) -> Tokenizer:
         """Train one SentencePiece model on `texts` (both languages' training sides) and write it to `path`; each of
-        `tags` becomes a user symbol (one token wherever it appears) at the ids after EOS."""
+        `tags` becomes a control symbol at the ids after EOS: a token put in by its id, never produced from text
+        (text that spells it is encoded as text) and decoded as nothing."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         # a fixed scratch name beside `path` (SentencePiece records it in the model file): the same inputs give the
@@ -200,7 +229,7 @@ def _train_sentencepiece(
 ) -> None:
     """PREFIX.model from `sentences`; a failure reading them (kept in `failure`) or SentencePiece's own refusal is
     raised as one clear error."""
-    symbols: dict[str, Any] = {"user_defined_symbols": list(tags)} if tags else {}  # none: the options as always
+    symbols: dict[str, Any] = {"control_symbols": list(tags)} if tags else {}  # none: the options as always
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=sentences,
@@ -222,9 +251,24 @@ def _train_sentencepiece(
     except RuntimeError as err:  # e.g. "Vocabulary size too high (8000). Please set it to a value <= 5321."
         if failure:  # reading the text failed (a DataError naming the line): that is the error
             raise failure[0] from None
-        raise TokenizerError(
-            f"SentencePiece could not train a vocabulary of {vocab_size}: {str(err).strip().splitlines()[-1]}"
-        ) from None
+        raise TokenizerError(_vocabulary_refusal(vocab_size, str(err))) from None
+
+
+def _vocabulary_refusal(vocab_size: int, said: str) -> str:
+    """SentencePiece's refusal of a vocabulary size, in the settings' words (its own message is a C++ check)."""
+    small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", said)
+    if small:
+        return (
+            f"data.vocab_size {vocab_size} is too small: a piece for each distinct character of the training text, "
+            f"the special pieces and the tags make {small.group(1)}; set it to at least that"
+        )
+    large = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", said)
+    if large:
+        return (
+            f"data.vocab_size {vocab_size} is too large for this training text: it gives at most {large.group(2)} "
+            "pieces; set data.vocab_size to that or less"
+        )
+    return f"SentencePiece could not train a vocabulary of {vocab_size}: {said.strip().splitlines()[-1]}"
 
 
 def _guarded(texts: Iterable[str], failure: list[Exception]) -> Iterator[str]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..outputs import atomic_folder, read_manifest
 from .formats import row_sides
-from .text import DataError, file_digest
+from .text import DataError, file_digest, without_bom
 
 
 def training_corpora(summary: dict) -> list[dict]:
@@ -96,6 +96,8 @@ class TrainingText:
                 f = self._files[k][s]
                 f.seek(int(starts[i]))
                 raw = f.readline()
+                if starts[i] == 0:  # the file's first line: without a byte-order mark, as prepare read it
+                    raw = without_bom(raw)
                 fmt, src, tgt = self.formats[k]
                 if fmt != "lines":  # a row of a TSV or JSON Lines corpus: its side
                     raw = row_sides(raw, fmt, src, tgt, self.paths[k][s], -1)[s]

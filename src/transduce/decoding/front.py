@@ -48,6 +48,19 @@ class Decoded:
     n_cut: int = 0
 
 
+@dataclass(frozen=True)
+class PairScore:
+    """The model's score of one given (source, target) pair: log P(Y | X), the tokens it counts (EOS included),
+    their mean, with `tokens=True` each token's log-probability, and whether the source or the target was longer
+    than the model's positions (`cut`: only its first pieces were read, `pair_ids`)."""
+
+    total: float
+    tokens: int
+    mean: float
+    per_token: list[float] | None = None
+    cut: bool = False
+
+
 @dataclass(frozen=True, kw_only=True)
 class Options:
     """One call's decoding options, each the caller's or else the run's decode.* setting."""
@@ -70,24 +83,37 @@ LENGTH_PENALTIES = ("gnmt", "length", "none")
 _KINDS = {"beam": int, "nbest": int, "batch_tokens": int, "sampling_topk": int, "seed": int}
 
 
-def check_sentences(sentences: object) -> list[str]:
+def check_sentences(sentences: object, what: str = "sentence") -> list[str]:
     """The sentences a caller gives a predictor, as a list: a sequence of strings, each one Unicode text (a lone
     surrogate is not). Anything else is refused in one message of ours (TypeError: not text; ValueError: not
-    Unicode), before a tokenizer or the model sees it."""
+    Unicode), before a tokenizer or the model sees it. `what` is an item's name in the messages (a scorer's
+    "source" and "target")."""
     if isinstance(sentences, (str, bytes, bytearray)) or not isinstance(sentences, Iterable):
-        raise TypeError(f"expected a list of strings, got {type(sentences).__name__}")
+        side = "" if what == "sentence" else f"the {what}s: "
+        raise TypeError(f"{side}expected a list of strings, got {type(sentences).__name__}")
     sentences = list(sentences)
     for i, text in enumerate(sentences):
         if not isinstance(text, str):
-            raise TypeError(f"sentence {i} is {type(text).__name__} {text!r:.40}, not a string")
+            raise TypeError(f"{what} {i} is {type(text).__name__} {text!r:.40}, not a string")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as err:
             raise ValueError(
-                f"sentence {i} holds a lone surrogate (U+{ord(text[err.start]):04X} at character {err.start}), "
+                f"{what} {i} holds a lone surrogate (U+{ord(text[err.start]):04X} at character {err.start}), "
                 "which is not a Unicode character"
             ) from None
     return sentences
+
+
+def check_pairs(
+    decode: DecodeConfig, sources: object, targets: object, batch_tokens: int | None
+) -> tuple[list[str], list[str], int]:
+    """A scorer's given pairs checked as `decode_lines` checks its sentences (`check_sentences`), as many targets
+    as sources, and the call's batch_tokens as `options` checks a translation's (default: decode.batch_tokens)."""
+    sources, targets = check_sentences(sources, "source"), check_sentences(targets, "target")
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+    return sources, targets, options(decode, batch_tokens=batch_tokens).batch_tokens
 
 
 def options(
@@ -189,6 +215,18 @@ def tag_id(tokenizer: Tokenizer, tag: str) -> int:
         return tokenizer.tag_id(tag)
     except TokenizerError as err:
         raise ConfigError(str(err)) from None
+
+
+def pair_ids(
+    tokenizer: Tokenizer, pairs: tuple[list[str], list[str]], max_len: int, tag: str = ""
+) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """Given (source, target) pairs -> their token ids as a scorer reads them (without EOS): the source tagged and
+    cut as `source_ids` cuts it, the target cut alike (with BOS before it, or EOS after, it fills the model's
+    positions less one); and the indices of the pairs where either side was cut (PairScore.cut)."""
+    sources, targets = pairs
+    src_ids, src_cut = source_ids(tokenizer, sources, max_len, tag)
+    tgt_ids, tgt_cut = cut_sources(tokenizer.encode_target(targets), max_len)
+    return src_ids, tgt_ids, sorted(set(src_cut) | set(tgt_cut))
 
 
 def cut_sources(token_ids: list[list[int]], max_len: int) -> tuple[list[list[int]], list[int]]:
@@ -360,8 +398,7 @@ def pair_links(
     """The word links of given (source, target) pairs (`score-pairs --alignment`), from the engine's `align` over
     each pair read as the scorer reads it (source and target cut to the model's positions)."""
     sources, targets = pairs
-    src_ids = source_ids(tokenizer, sources, max_len, tag)[0]
-    tgt_ids = [ids[: max_len - 2] for ids in tokenizer.encode_target(targets)]
+    src_ids, tgt_ids, _ = pair_ids(tokenizer, pairs, max_len, tag)
     piece = tokenizer.id_to_piece
     out = []
     for source, target, src, tgt, points in zip(sources, targets, src_ids, tgt_ids, align(src_ids, tgt_ids)):

@@ -12,14 +12,15 @@ from typing import Any, cast, overload
 import torch
 
 from ..config import DecodeConfig
+from ..config.memory import decoding_batch_tokens
 from ..data.tokenizer import Tokenizer
-from ..device import pick_device
+from ..device import device_memory, pick_device
 from ..model import Transformer
 from ..runs import load_weights, open_run
 from ..terminology import Constraints, Glossary
 from . import front
 from .ensemble import Ensemble
-from .front import Decoded, Translation
+from .front import Decoded, PairScore, Translation
 from .lexical import LexicalConstraint
 from .search import beam_search, greedy_search, sample_search
 
@@ -30,17 +31,6 @@ def _languages(path: str | Path) -> tuple[str, str]:
     """(source, target) language of a run directory or a weights file in one."""
     data = open_run(path, "translation").config.data
     return data.src, data.tgt
-
-
-@dataclass(frozen=True)
-class PairScore:
-    """The model's score of one given (source, target) pair: log P(Y | X), the tokens it counts (EOS included),
-    their mean, and with `tokens=True` each token's log-probability."""
-
-    total: float
-    tokens: int
-    mean: float
-    per_token: list[float] | None = None
 
 
 @dataclass
@@ -253,12 +243,16 @@ class Translator:
             split=split,
             alignment=alignment,
         )
+        members = len(self.model.members) if isinstance(self.model, Ensemble) else 1
+        available = device_memory(next(self.model.parameters()).device)[0]  # a batch's search must fit in it
+        budget = decoding_batch_tokens(self.model.config, beam=settings.beam, members=members,
+                                       batch_tokens=settings.batch_tokens, available=available)  # fmt: skip
         engine = front.Engine(
             tokenizer=self.tokenizer,
             max_len=self.model.config.max_len,
             language=self.language,
             search=lambda sources, lines, steering: self._search(sources, lines, settings, steering),
-            groups=lambda sources: self._batches([[0] * (len(ids) + 1) for ids in sources], settings.batch_tokens),
+            groups=lambda sources: self._batches([[0] * (len(ids) + 1) for ids in sources], budget),
             align=self.alignments,
         )
         was_training = self.model.training
@@ -398,27 +392,36 @@ class Translator:
 
         return translate_document(self, text, format, **kwargs).text
 
+    @overload
+    def score(  # type: ignore[overload-overlap]  # a str is a Sequence[str]: the str overload comes first
+        self, sources: str, targets: str, *, batch_tokens: int | None = ..., tokens: bool = ..., tag: str = ...
+    ) -> PairScore: ...
+
+    @overload
     def score(
         self,
         sources: Sequence[str],
         targets: Sequence[str],
         *,
-        batch_tokens: int | None = None,
-        tokens: bool = False,
-        tag: str = "",
-    ) -> list[PairScore]:
+        batch_tokens: int | None = ...,
+        tokens: bool = ...,
+        tag: str = ...,
+    ) -> list[PairScore]: ...
+
+    def score(self, sources, targets, *, batch_tokens: int | None = None, tokens: bool = False, tag: str = ""):
         """The model's log-probability of each given (source, target) pair, teacher-forced: log P(Y | X) summed over
         the target's tokens and EOS (no length penalty), as the search's `log_prob` counts it (log-softmax over the
         whole vocabulary). Pairs go through in batches by length (`batch_tokens`, default decode.batch_tokens);
         a batch's padding never changes a score (the masks hide it). `tokens`: also each token's log-probability.
-        `tag`: put before every source, as `translate --tag` does."""
-        if len(sources) != len(targets):
-            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-        src_ids = self.encode_sources(list(sources), tag)
-        limit = self.model.config.max_len - 1  # BOS + target fits the positions
-        eos = self.tokenizer.special.eos
-        tgt_ids = [ids[: limit - 1] + [eos] for ids in self.tokenizer.encode_target(list(targets))]
-        budget = self.decode.batch_tokens if batch_tokens is None else batch_tokens
+        `tag`: put before every source, as `translate --tag` does. A side longer than the model's positions is
+        scored on its first pieces (PairScore.cut says so). Two strings are one pair: its PairScore comes back.
+        The input is checked as `translate`'s is (front.check_pairs)."""
+        if isinstance(sources, str) and isinstance(targets, str):
+            return self.score([sources], [targets], batch_tokens=batch_tokens, tokens=tokens, tag=tag)[0]
+        sources, targets, budget = front.check_pairs(self.decode, sources, targets, batch_tokens)
+        src_ids, tgt_ids, cut = front.pair_ids(self.tokenizer, (sources, targets), self.model.config.max_len, tag)
+        eos, was_cut = self.tokenizer.special.eos, set(cut)
+        src_ids, tgt_ids = [ids + [eos] for ids in src_ids], [ids + [eos] for ids in tgt_ids]
         longest = [max(len(s), len(t)) for s, t in zip(src_ids, tgt_ids)]
         results: list[PairScore | None] = [None] * len(src_ids)
         was_training = self.model.training
@@ -429,7 +432,7 @@ class Translator:
                     per_token = self._teacher_forced([src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
                     for i, lp in zip(batch, per_token):
                         total = float(sum(lp))
-                        results[i] = PairScore(total, len(lp), total / len(lp), lp if tokens else None)
+                        results[i] = PairScore(total, len(lp), total / len(lp), lp if tokens else None, i in was_cut)
         finally:
             self.model.train(was_training)
         return cast(list[PairScore], results)

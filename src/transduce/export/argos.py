@@ -54,7 +54,7 @@ from ..config import Config, ConfigError, read_config, task_name
 from ..data.marian import MarianVocab, load_tokenizer
 from ..data.tokenizer import Tokenizer, TokenizerError
 from ..outputs import MANIFEST, OutputError, atomic_write
-from ..runs import find_weights
+from ..runs import check_tokenizer, find_weights
 from .ctranslate2 import QUANTIZATIONS, ExportError, export_ctranslate2
 from .huggingface import TOKENIZER_SETTINGS
 from .model_card import run_record
@@ -235,6 +235,7 @@ def export_argos(
     run_dir, weights = find_weights(run)
     config = read_config(run_dir / "config.json")
     check_exportable(config, None)  # the task first: a parsing run's tokenizer is not read
+    check_tokenizer(run_dir)  # the vocabulary the weights were trained with
     tokenizer = load_tokenizer(run_dir / "tokenizer.model")
     check_exportable(config, tokenizer)
     packages = plan(config, tokenizer, out, tag)

@@ -45,9 +45,8 @@ from ..config.bounds import check_value
 from ..data.marian import load_tokenizer
 from ..data.tokenizer import Tokenizer
 from ..decoding import front
-from ..decoding.front import Decoded, Translation
+from ..decoding.front import Decoded, PairScore, Translation
 from ..decoding.search import Sampling, length_penalty
-from ..decoding.translator import PairScore
 from ..outputs import MANIFEST, read_manifest
 from ..runs import find_weights
 from .ctranslate2 import ExportError, _ctranslate2, _pieces, export_ctranslate2, is_export
@@ -341,21 +340,20 @@ class CTranslate2Translator:
         tag: str = "",
     ) -> list[PairScore]:
         """`Translator.score` on the engine's `score_batch`: its log-probability of each target token, EOS
-        included (the engine adds EOS to both sides), summed."""
-        if len(sources) != len(targets):
-            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-        budget = self.decode.batch_tokens if batch_tokens is None else batch_tokens
+        included (the engine adds EOS to both sides), summed. Input checked and cut as Translator.score's."""
+        sources, targets, budget = front.check_pairs(self.decode, sources, targets, batch_tokens)
+        src_ids, tgt_ids, cut = front.pair_ids(self.tokenizer, (sources, targets), self.max_len, tag)
         results = self.engine.score_batch(
-            [[self.pieces[i] for i in ids] for ids in self.encode_sources(sources, tag)],
-            [[self.pieces[i] for i in ids[: self.max_len - 2]] for ids in self.tokenizer.encode_target(targets)],
+            [[self.pieces[i] for i in ids] for ids in src_ids],
+            [[self.pieces[i] for i in ids] for ids in tgt_ids],
             max_batch_size=budget,
             batch_type="tokens",
             max_input_length=0,
         )
-        out = []
-        for result in results:
+        out, was_cut = [], set(cut)
+        for j, result in enumerate(results):
             lp = [float(x) for x in result.log_probs]
-            out.append(PairScore(sum(lp), len(lp), sum(lp) / len(lp), lp if tokens else None))
+            out.append(PairScore(sum(lp), len(lp), sum(lp) / len(lp), lp if tokens else None, j in was_cut))
         return out
 
     def _suppressed(self) -> list[list[str]]:

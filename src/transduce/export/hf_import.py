@@ -25,9 +25,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from ..config import Config, ConfigError, DataConfig, DecodeConfig, ModelConfig, save_config
+from ..config.bounds import check_value
 from ..data.marian import MarianVocab
 from ..data.tokenizer import SpecialIds
-from ..hf.layout import LayoutError, from_marian
+from ..hf.layout import LayoutError, from_marian, to_marian
 from ..model import Transformer
 from ..outputs import OutputError, atomic_folder, read_manifest
 from ..runs import save_weights
@@ -36,6 +37,23 @@ KIND = "run"  # an imported model is a run directory (its manifest also says whe
 WEIGHTS, INDEX, PICKLES = "model.safetensors", "model.safetensors.index.json", ("pytorch_model.bin", "model.bin")
 VOCABULARY = ("vocab.json", "source.spm", "target.spm")
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}  # transformers' name -> ours
+# config.json's numbers -> the setting of ours each becomes: checked as that setting is (config/bounds.py), a whole
+# number where ours is one (never "32" or 32.5 taken as 32), and named by the file's key
+NUMBERS = {
+    **dict.fromkeys(("vocab_size", "decoder_vocab_size"), "model.vocab_size"),
+    "encoder_layers": "model.n_encoder_layers",
+    "decoder_layers": "model.n_decoder_layers",
+    "d_model": "model.d_model",
+    **dict.fromkeys(("encoder_ffn_dim", "decoder_ffn_dim"), "model.d_ff"),
+    **dict.fromkeys(("encoder_attention_heads", "decoder_attention_heads"), "model.n_heads"),
+    "max_position_embeddings": "model.max_len",
+    "pad_token_id": "model.pad_id",
+    "decoder_start_token_id": "model.bos_id",
+    "eos_token_id": "model.eos_id",
+}
+RATES = ("dropout", "attention_dropout", "activation_dropout")  # config.json's, our model.* settings of that name
+SWITCHES = ("scale_embedding", "share_encoder_decoder_embeddings", "tie_word_embeddings")  # true or false
+WEIGHT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # read into our float32 weights
 
 
 class HFImportError(ValueError):
@@ -62,6 +80,8 @@ def model_config(folder: Path, config: dict[str, Any]) -> ModelConfig:
             f"{where}: model_type {config.get('model_type')!r} is not a Marian model (MarianMTModel, "
             "model_type 'marian'); transduce imports Marian models only"
         )
+
+    _check_numbers(where, config)
 
     def same(encoder: str, decoder: str) -> int:
         if config.get(encoder) != config.get(decoder):
@@ -102,6 +122,27 @@ def model_config(folder: Path, config: dict[str, Any]) -> ModelConfig:
         raise HFImportError(f"{where}: {err}") from None
 
 
+def _setting(where: Path, key: str, value: object, setting: str, kind: type = int) -> None:
+    """`value`, the file's `key`, checked as our `setting` is (its type and bounds); refused naming file and key."""
+    try:
+        check_value(setting, value, name=key, kind=kind)
+    except ConfigError as err:
+        raise HFImportError(f"{where}: {err}") from None
+
+
+def _check_numbers(where: Path, config: dict[str, Any]) -> None:
+    """config.json's numbers (NUMBERS) and switches (SWITCHES), where given, of the types and in the bounds of ours."""
+    for key, setting in NUMBERS.items():
+        if config.get(key) is not None:
+            _setting(where, key, config[key], setting)
+    for key in RATES:
+        if config.get(key) is not None:
+            _setting(where, key, config[key], f"model.{key}", float)
+    for key in SWITCHES:
+        if key in config and not isinstance(config[key], bool):
+            raise HFImportError(f"{where}: {key} must be true or false, got {config[key]!r}")
+
+
 def _representable(where: Path, config: dict[str, Any]) -> tuple[int, str, bool]:
     """(vocab_size, our activation, tied) of a Marian config.json, refusing the settings ours has no form for."""
     vocab = int(config["vocab_size"])
@@ -128,8 +169,9 @@ def _representable(where: Path, config: dict[str, Any]) -> tuple[int, str, bool]
     return vocab, activation, tied
 
 
-def read_weights(folder: Path) -> tuple[dict[str, torch.Tensor], list[Path]]:
-    """The state in model.safetensors, or in the shards its index names; refused: only a pickled checkpoint."""
+def read_weights(folder: Path, model: ModelConfig) -> tuple[dict[str, torch.Tensor], list[Path]]:
+    """The state in model.safetensors, or in the shards its index names, each file's tensors checked
+    (`_check_tensors`) against the shapes `model` gives them; refused: only a pickled checkpoint."""
     if (folder / INDEX).is_file():
         shards = sorted({str(v) for v in _json(folder / INDEX).get("weight_map", {}).values()})
         outside = [name for name in shards if Path(name).name != name]
@@ -146,13 +188,46 @@ def read_weights(folder: Path) -> tuple[dict[str, torch.Tensor], list[Path]]:
                 "save the model as model.safetensors (transformers: save_pretrained(..., safe_serialization=True))"
             )
         raise HFImportError(f"{folder}: no {WEIGHTS} here")
-    state: dict[str, torch.Tensor] = {}
+    shapes, state = marian_shapes(folder, model), dict[str, torch.Tensor]()
     for path in files:
         try:
-            state |= load_file(path)
+            part = load_file(path)
         except (OSError, SafetensorError) as err:
             raise HFImportError(f"{path}: cannot read the weights ({err})") from None
+        _check_tensors(path, part, shapes)
+        state |= part
     return state, files
+
+
+def marian_shapes(folder: Path, model: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The shape of every tensor of the Marian state `model` has (`to_marian` of a network on the meta device:
+    shapes, no memory); a model ours cannot build is refused naming config.json."""
+    try:
+        with torch.device("meta"):
+            state = to_marian(Transformer(model).state_dict(), model)
+    except ConfigError as err:
+        raise HFImportError(f"{folder / 'config.json'}: {err}") from None
+    return {name: tuple(tensor.shape) for name, tensor in state.items()}
+
+
+def _check_tensors(path: Path, state: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]]) -> None:
+    """Every tensor of a weights file a floating-point one (WEIGHT_TYPES: another is refused, never cast), of the
+    shape config.json gives it (`shapes`), finite (the README's promise: no NaN or infinite weight is saved), and
+    finite in our float32 too."""
+    for name, tensor in state.items():
+        if tensor.dtype not in WEIGHT_TYPES:
+            raise HFImportError(
+                f"{path}: {name} is {str(tensor.dtype).removeprefix('torch.')}, not a weight transduce reads "
+                "(float16, bfloat16, float32 or float64); it is never converted"
+            )
+        if name in shapes and tuple(tensor.shape) != shapes[name]:
+            raise HFImportError(
+                f"{path}: {name} has shape {tuple(tensor.shape)}, but config.json gives it {shapes[name]}"
+            )
+        if not bool(torch.isfinite(tensor).all()):
+            raise HFImportError(f"{path}: {name} holds NaN or infinite values; transduce never saves such weights")
+        if tensor.dtype == torch.float64 and not bool(torch.isfinite(tensor.float()).all()):
+            raise HFImportError(f"{path}: {name} holds values beyond float32's range, which transduce computes in")
 
 
 def read_vocabulary(folder: Path, model: ModelConfig, out: Path) -> MarianVocab:
@@ -191,23 +266,37 @@ def read_vocabulary(folder: Path, model: ModelConfig, out: Path) -> MarianVocab:
 
 
 def _languages(folder: Path, src: str | None, tgt: str | None) -> tuple[str, str]:
-    settings = _json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
-    src, tgt = src or settings.get("source_lang"), tgt or settings.get("target_lang")
-    if not src or not tgt:
-        raise HFImportError(
-            f"{folder}: which languages it translates is not recorded (tokenizer_config.json's source_lang and "
-            "target_lang); give --src and --tgt"
-        )
-    return str(src), str(tgt)
+    """--src and --tgt, else tokenizer_config.json's source_lang and target_lang, which are checked as data.src and
+    data.tgt are (DataConfig's rule), naming the file and the key."""
+    path = folder / "tokenizer_config.json"
+    settings = _json(path) if path.is_file() else {}
+    found = []
+    for given, key, side in ((src, "source_lang", "src"), (tgt, "target_lang", "tgt")):
+        value = given or settings.get(key)
+        if value is None or value == "":
+            raise HFImportError(
+                f"{folder}: which languages it translates is not recorded (tokenizer_config.json's source_lang and "
+                "target_lang); give --src and --tgt"
+            )
+        if not given:
+            try:
+                DataConfig(src=value) if side == "src" else DataConfig(tgt=value)
+            except ConfigError as err:
+                raise HFImportError(f"{path}: {key} = {value!r:.40}: {err}") from None
+        found.append(value)
+    return found[0], found[1]
 
 
 def _decode_settings(folder: Path) -> DecodeConfig:
-    """The folder's beam size; transformers' length penalty is score / length^alpha ("length", alpha 1.0)."""
+    """The folder's beam size; transformers' length penalty is score / length^alpha ("length", alpha 1.0). Each
+    value is checked as the decode.* setting it becomes, named by the file and its key."""
     path = folder / "generation_config.json"
     settings = _json(path) if path.is_file() else {}
-    beam = settings.get("num_beams") or 4
-    alpha = settings.get("length_penalty", 1.0)
-    return DecodeConfig(beam=int(beam), alpha=float(alpha), length_penalty="length")
+    beam, alpha = settings.get("num_beams"), settings.get("length_penalty")
+    beam, alpha = 4 if beam is None else beam, 1.0 if alpha is None else alpha
+    _setting(path, "num_beams", beam, "decode.beam")
+    _setting(path, "length_penalty", alpha, "decode.alpha", float)
+    return DecodeConfig(beam=beam, alpha=float(alpha), length_penalty="length")
 
 
 def check_destination(out: Path) -> None:
@@ -226,7 +315,7 @@ def import_huggingface(folder: str | Path, out: str | Path, *, src: str | None =
     check_destination(out)
     model = model_config(folder, _json(folder / "config.json"))
     languages = _languages(folder, src, tgt)
-    state, files = read_weights(folder)
+    state, files = read_weights(folder, model)
     if "final_logits_bias" not in state or not bool(state["final_logits_bias"].ne(0).any()):
         model = dataclasses.replace(model, output_bias=False)  # no bias to keep: our plain projection
     try:

@@ -54,7 +54,7 @@ from ..data.tokenizer import Tokenizer
 from ..hf.layout import PEGASUS, model_class, to_marian
 from ..model import Transformer
 from ..outputs import atomic_folder, check_replaceable, read_manifest
-from ..runs import find_weights, load_weights
+from ..runs import check_tokenizer, find_weights, load_weights
 from .ctranslate2 import ExportError, special_id_problems
 from .model_card import model_card
 
@@ -227,6 +227,7 @@ def export_huggingface(run: str | Path, out: str | Path) -> Path:
     run_dir, weights = find_weights(run)
     config = read_config(run_dir / "config.json")
     check_exportable(config, None)  # the settings first: a parsing run's tokenizer is not read
+    check_tokenizer(run_dir)  # the vocabulary the weights were trained with
     tokenizer = load_tokenizer(run_dir / "tokenizer.model")
     check_exportable(config, tokenizer)
     model = Transformer(config.model)

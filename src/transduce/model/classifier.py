@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import HeadConfig, ModelConfig
-from ..config.memory import check_fits, head_weights, model_shape
+from ..config.memory import check_fits, head_weights, model_shape, with_head_setting
 from .transformer import Encoder, init_parameters
 
 
@@ -16,7 +16,8 @@ class TransformerClassifier(nn.Module):
 
     def __init__(self, config: ModelConfig, head: HeadConfig, *, max_len: int) -> None:
         super().__init__()
-        check_fits(model_shape(config, decoder=False, head=head_weights(config, head, max_len)))  # before allocating
+        shape = model_shape(config, decoder=False, head=head_weights(config, head, max_len))
+        check_fits(with_head_setting(shape, config, head, max_len))  # before allocating
         self.config, self.head_config, self.max_len = config, head, max_len
         self.encoder = Encoder(config, nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id))
         width = config.d_model * (max_len + (head.pooling == "cls")) if head.pooling == "flatten" else config.d_model

@@ -78,7 +78,7 @@ def read_api_keys(path: str | Path) -> ApiKeys:
     except OSError as err:
         raise ConfigError(f"{where}: cannot read it ({err.strerror or err})") from None
     keys = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):  # a byte-order mark is no key
         key = line.strip()
         if not key or key.startswith("#"):
             continue

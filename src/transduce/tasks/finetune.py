@@ -20,6 +20,7 @@ from ..data.inputs import split_inputs, with_tokenizer
 from ..data.marian import load_tokenizer
 from ..data.prepared import open_prepared
 from ..data.tokenizer import Tokenizer
+from ..runs import check_tokenizer
 from ..training.init_from import RECORD, source_run
 
 # the model settings a fine-tune may set otherwise than RUN: regularisation only (no weight's shape, nor what the
@@ -40,6 +41,7 @@ def fine_tune_config(config: Config, run_dir: Path, *, frozen: bool, main: bool,
                 )
             return config
         base, base_dir = read_config(run_dir / "config.json", Config), run_dir  # NEW's own: RUN is not read again
+        config = _resumed_init_from(config, base, run_dir)
     elif config.train.init_from:
         source, _ = source_run(config.train.init_from, out=run_dir, task="translation")
         base, base_dir = read_config(source / "config.json", Config), source
@@ -48,6 +50,19 @@ def fine_tune_config(config: Config, run_dir: Path, *, frozen: bool, main: bool,
     model = adopt_model(config.model, base.model, base_dir)
     data = _adopt_data(config.data, base.data, base_dir, run_dir, fresh=not frozen, main=main, log=log)
     return config.replace(model=model, data=data)
+
+
+def _resumed_init_from(config: Config, base: Config, run_dir: Path) -> Config:
+    """A resumed fine-tune keeps the train.init_from it started with (its config.json): an --init-from that names
+    another run is refused (the weights came from the first, NEW/init-from.json); none, or the same, is taken."""
+    started = base.train.init_from
+    given = config.train.init_from
+    if given and started and Path(given).expanduser().absolute() != Path(started).expanduser().absolute():
+        raise ConfigError(
+            f"train.init_from {given}: {run_dir} was started from {started} ({run_dir / RECORD}); resume it without "
+            "--init-from (or with the same), or fine-tune into a new --out"
+        )
+    return config.replace(train=dataclasses.replace(config.train, init_from=started or given))
 
 
 def adopt_model(recipe: ModelConfig, base: ModelConfig, where: Path) -> ModelConfig:
@@ -82,6 +97,7 @@ def _adopt_data(
     """The recipe's data on RUN's vocabulary: a data.prepared folder given is checked to hold it; RUN's own
     prepared data when the recipe names the same files and encoding options; else the recipe's corpus encoded with
     RUN's tokenizer, copied to NEW/tokenizer.model."""
+    check_tokenizer(base_dir)  # RUN's vocabulary is the one its weights were trained with
     tokenizer = load_tokenizer(base_dir / TOKENIZER)
     if recipe.prepared:
         prepared = open_prepared(recipe.prepared)
@@ -106,8 +122,9 @@ def _adopt_data(
 
 
 def _corpora(options: dict) -> list[tuple]:
-    """data.corpora's weights, tags and align files as a summary or a config holds them, comparable."""
-    return [(c.get("weight", 1.0), c.get("tag", ""), c.get("align", "")) for c in options.get("corpora", ())]
+    """data.corpora's weights, tags, align files and joins as a summary or a config holds them, comparable."""
+    keys = (("weight", 1.0), ("tag", ""), ("align", ""), ("join", 1))
+    return [tuple(c.get(k, default) for k, default in keys) for c in options.get("corpora", ())]
 
 
 def _holds(folder: Path, recipe: DataConfig, tokenizer: Tokenizer) -> bool:

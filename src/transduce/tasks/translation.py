@@ -16,9 +16,10 @@ import numpy as np
 import torch
 
 from ..config import Config, ConfigError, DataConfig, build_section, read_config, save_config
+from ..config.memory import available_memory
 from ..data import Batch, DataError, ParallelCorpus, Prepared, TokenArrays, collate, prepare
 from ..data.alignments import batch_targets, word_starts
-from ..data.batching import corpus_draw, epoch_batches, make_batches
+from ..data.batching import check_draw, corpus_draw, epoch_batches, make_batches
 from ..data.prepared import open_prepared
 from ..data.training_text import TEXT_COPY, TrainingText, corpus_bounds, corpus_weights, training_corpora
 from ..decoding.translator import Translator
@@ -26,6 +27,7 @@ from ..metrics import score
 from ..model import Transformer
 from ..model.alignment import recording_alignment
 from ..outputs import atomic_folder, atomic_write_text, read_manifest, remove_leftovers, remove_own_folder
+from ..runs import record_tokenizer
 from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
 from ..training.guided import AlignmentWindow, guided_alignment_loss
 from ..training.loss import label_smoothed_nll
@@ -131,7 +133,13 @@ class SequenceTask:
 
     def check(self) -> None:
         """Every training and validation pair must fit the model's positions (+1 for EOS on the source side and
-        BOS on the decoder input)."""
+        BOS on the decoder input); every training corpus's weight draws some of its pairs, and the weighted epoch
+        fits in memory (`check_draw`)."""
+        summary = self.data.summary
+        try:
+            check_draw(training_corpora(summary), corpus_bounds(summary), corpus_weights(summary), available_memory())
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         limit = self.config.model.max_len
         for name in ("train", "valid"):
             corpus = self.splits.get(name)
@@ -372,10 +380,15 @@ class TranslationTask(SequenceTask):
             )
         vocab = data.tokenizer.vocab_size
         if config.model.vocab_size and config.model.vocab_size != vocab:
+            advice = (  # a fine-tune's model.vocab_size is its run's (tasks/finetune.py): it cannot be left unset
+                f"the vocabulary of train.init_from ({config.train.init_from}) is not the one its model was trained "
+                "with"
+                if config.train.init_from
+                else "leave model.vocab_size unset (0) or make them equal"
+            )
             raise ConfigError(
-                f"model.vocab_size is {config.model.vocab_size} but the tokenizer in "
-                f"{data.root} has {vocab} pieces; leave model.vocab_size unset (0) or make "
-                "them equal"
+                f"model.vocab_size is {config.model.vocab_size} but the tokenizer in {data.root} has {vocab} "
+                f"pieces; {advice}"
             )
         special = data.tokenizer.special  # the model's special ids are its vocabulary's (a Marian one's differ)
         model = dataclasses.replace(
@@ -386,6 +399,7 @@ class TranslationTask(SequenceTask):
             save_config(config, config_path)
             if not frozen:
                 data.tokenizer.copy_to(run_dir / "tokenizer.model")
+                record_tokenizer(run_dir)
         task = cls(config, data)
         task.attach(run_dir, main=main, barrier=barrier, fresh=not frozen)
         if config.train.subword_sampling > 0:  # the main rank checks the text (and decompresses it) first

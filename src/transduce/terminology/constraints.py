@@ -32,7 +32,6 @@ SEPARATOR = "##"  # the field between the phrases to include and the phrases to 
 MAX_PHRASES = 32
 MAX_PHRASE_CHARS = 200
 MAX_PREFIX_CHARS = 1000
-_BOM = "\ufeff"  # a byte-order mark an editor left at the start of the file is no phrase
 
 
 @dataclass(frozen=True)
@@ -105,8 +104,5 @@ def read_prefixes(path: str | Path, *, errors: str = "strict") -> list[str]:
 
 
 def _read(path: str | Path, errors: str) -> list[str]:
-    """The file's lines without their line ends and without a byte-order mark on the first."""
-    lines = read_lines(Path(path), errors=errors, allow_empty=True)
-    if lines and lines[0].startswith(_BOM):
-        lines[0] = lines[0][len(_BOM) :]
-    return lines
+    """The file's lines without their line ends (read_lines drops a byte-order mark at its start)."""
+    return read_lines(Path(path), errors=errors, allow_empty=True)

@@ -44,7 +44,6 @@ from ..data import DataError, read_lines
 
 MAX_TERM_CHARS = 200
 MAX_ENTRIES = 100_000
-_BOM = "\ufeff"
 
 
 @dataclass(frozen=True)
@@ -243,9 +242,7 @@ def _char_pattern(char: str) -> str:
 
 def read_glossary(path: str | Path, *, errors: str = "strict") -> Glossary:
     """A glossary from a TSV file, `source term<TAB>target term` per line (empty lines skipped)."""
-    lines = read_lines(Path(path), errors=errors, allow_empty=True)
-    if lines and lines[0].startswith(_BOM):
-        lines[0] = lines[0][len(_BOM) :]
+    lines = read_lines(Path(path), errors=errors, allow_empty=True)  # without a byte-order mark at its start
     pairs, numbers = [], []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

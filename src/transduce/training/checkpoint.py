@@ -28,6 +28,7 @@ from ..outputs import (
     atomic_folder,
     atomic_write,
     atomic_write_text,
+    refuse_link,
     remove_leftovers,
     remove_own_folder,
 )
@@ -144,6 +145,11 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     restored = False
     if optimizer is not None:
         opt = {k: v for k, v in tensors.items() if k.startswith("state.")}
+        # Adam's moments with a NaN would put NaN into every weight at the first step after the resume, and the
+        # run would then name this checkpoint as its last good one
+        check_finite(
+            opt, path / "optimizer.safetensors", "optimizer state", f"move {path} aside to resume from the previous one"
+        )
         optimizer.load_state_dict(_optimizer_from_tensors(opt, trainer["optimizer"]))
         restored = set_rng_state(tensors, rank)
     return {**trainer, "rng_restored": restored}
@@ -158,9 +164,19 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
         state = load_file(str(file))
         if total and state.keys() != total.keys():
             raise CheckpointError(f"{file}: its tensors differ from the other checkpoints'")
+        # one NaN would make that tensor of the average NaN: refused before anything is written
+        check_finite(state, file, "weights", "the average would hold them too (move that checkpoint aside)")
         for name, tensor in state.items():
             total[name] = total[name] + tensor.double() if name in total else tensor.double()
     return {name: (t / len(paths)).float() for name, t in total.items()}
+
+
+def check_finite(tensors: dict[str, torch.Tensor], file: Path, what: str, then: str) -> None:
+    """Refuse (CheckpointError, naming `file` and the first such tensor, then saying `then`) tensors that hold NaN
+    or infinite values: what a diverged run or a damaged file leaves, never usable further."""
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{file}: {what} {name} holds NaN or infinite values; {then}")
 
 
 def _is_own_weights(path: Path) -> bool:
@@ -183,6 +199,8 @@ def check_weights_target(out: Path, sidecar_key: str) -> None:
     """Refuse a weights destination that is not ours: the file itself and its .json side file."""
     if out.suffix != ".safetensors":
         raise OutputError(f"{out}: weights are written as safetensors; give a name ending in .safetensors")
+    refuse_link(out)  # its header would be read, and the weights put, where the link points
+    refuse_link(out.with_suffix(".json"))
     if out.is_dir() or (out.exists() and not _is_own_weights(out)):
         raise OutputError(f"{out}: exists and is not a weights file written by transduce; choose another name")
     side = out.with_suffix(".json")

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load as load_bytes
 
 from ..config import ConfigError, read_config_dict
-from ..outputs import atomic_write_text, read_manifest
+from ..outputs import atomic_write_text, lock_holder, read_manifest
 from .checkpoint import CheckpointError, find_weights, fit_weights
 
 RECORD = "init-from.json"  # NEW/init-from.json: {"run", "weights", "sha256"} of what the fine-tune started from
@@ -33,10 +33,22 @@ def source_run(name: str, *, out: Path, task: str) -> tuple[Path, Path]:
     path = Path(name).expanduser().absolute()
     if not path.exists():
         raise CheckpointError(f"train.init_from {name}: no such run directory or weights file")
+    hugging_face = _hugging_face_folder(path)
+    if hugging_face is not None:
+        raise CheckpointError(
+            f"train.init_from {hugging_face}: a Hugging Face model folder, not a transduce run; import it first "
+            f"(transduce import huggingface {hugging_face} --out RUN) and fine-tune from RUN"
+        )
     try:
         run, weights = find_weights(path)
     except CheckpointError as err:
         raise CheckpointError(f"train.init_from: {err}") from None
+    holder = lock_holder(run) if path == run else None
+    if holder is not None:  # its best and averaged weights change while it trains; a checkpoint of it does not
+        raise CheckpointError(
+            f"train.init_from {run}: the run is still training ({holder}); wait for it to end, or name one of its "
+            "checkpoints (RUN/checkpoints/step-N)"
+        )
     manifest = read_manifest(run)
     if manifest is None or manifest.get("kind") != "run":
         raise CheckpointError(f"train.init_from {run}: not a run directory made by `transduce train`")
@@ -50,6 +62,19 @@ def source_run(name: str, *, out: Path, task: str) -> tuple[Path, Path]:
     if weights.suffix != ".safetensors":
         raise CheckpointError(f"train.init_from {weights}: not a weights file (.safetensors)")
     return run, weights
+
+
+def _hugging_face_folder(path: Path) -> Path | None:
+    """The folder `path` is in when it is a Hugging Face model (our export, or a config.json of theirs: a
+    `model_type`, no run's sections); None otherwise."""
+    folder = path if path.is_dir() else path.parent
+    if (read_manifest(folder) or {}).get("kind") == "huggingface-export":
+        return folder
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return folder if isinstance(config, dict) and "model_type" in config and "model" not in config else None
 
 
 def load_initial(

@@ -19,6 +19,7 @@ task a config trains is picked above this package (tasks.train).
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import sys
 import threading
@@ -35,7 +36,7 @@ from ..config.memory import check_fits, run_shape
 from ..data.batching import update_groups
 from ..device import check_threads, device_memory
 from ..model import cpu_speed
-from ..outputs import OutputError, claim_folder, exclusive, read_manifest, remove_if_bare
+from ..outputs import OutputError, claim_folder, empty_folder, exclusive, read_manifest, remove_if_bare
 from .budget import check_time_limit, log_forecast
 from .checkpoint import average_run, checkpoint_dirs, load_checkpoint
 from .distributed import Ranks, all_ranks_sum, broadcast_value, rank_seed, setup_distributed
@@ -112,11 +113,15 @@ def open_run(run_dir: Path, ranks: Ranks, task: str):
     try:
         with exclusive(run_dir):
             yield
-    except BaseException:
-        if created is not None:  # refused before anything was written (missing data, a bad setting): no debris
-            remove_if_bare(run_dir, created)
+    except BaseException as err:
+        # a refused start (a user's mistake, found before the first checkpoint: a bad setting, a tag or weights the
+        # data or --init-from cannot take) leaves nothing it made, its prepared data included; an interrupted or
+        # failed one keeps what it finished (a prepare continues from its finished chunks)
+        refused = isinstance(err, ValueError) and not checkpoint_dirs(run_dir)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True) if refused else remove_if_bare(run_dir, created)
         elif users_empty:  # the user's empty folder stays, empty again (no manifest or lock left in it)
-            remove_if_bare(run_dir, keep=True)
+            remove_if_bare(run_dir, keep=True) if not refused else empty_folder(run_dir)
         raise
 
 
