@@ -86,6 +86,24 @@ def test_no_import_runs_up_a_layer():
     assert not wrong, "imports against docs/architecture.md's layering:\n" + "\n".join(sorted(wrong))
 
 
+MAX_LINES = 500  # docs/architecture.md: a file over about 500 lines is split by role
+
+
+def test_no_source_file_is_over_500_lines():
+    """Every file under src/ (Python or not: recipes and the server's static files too) has at most MAX_LINES
+    lines; build output (__pycache__, *.egg-info) is not source."""
+    root = SRC.parent
+    over = []
+    for path in sorted(root.rglob("*")):
+        built = any(part == "__pycache__" or part.endswith(".egg-info") for part in path.relative_to(root).parts)
+        if path.is_file() and not built:
+            with path.open("rb") as f:
+                count = sum(1 for _ in f)
+            if count > MAX_LINES:
+                over.append(f"{path.relative_to(root.parent)}: {count} lines")
+    assert not over, f"files over {MAX_LINES} lines (split them by concern):\n" + "\n".join(over)
+
+
 def test_every_module_has_a_layer():
     for path in SRC.rglob("*.py"):
         _layer(_module(path))  # StopIteration names a module LAYERS does not place
