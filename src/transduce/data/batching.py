@@ -98,7 +98,7 @@ def check_draw(corpora: list[dict], bounds: np.ndarray, weights: list[float], av
         if count == 0:
             raise ValueError(
                 f"data.corpora ({corpus['files'][0]}): weight {weight:g} draws none of its {size:,} pairs per epoch; "
-                f"the least weight that draws one is {0.5 / max(1, size):.3g}"
+                f"a weight above {0.5 / max(1, size):.3g} draws at least one"
             )
     need = sum(counts) * EPOCH_BYTES_PER_PAIR
     if available and need > available:

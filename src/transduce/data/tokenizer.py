@@ -86,7 +86,7 @@ class Tokenizer:
         )
         return tuple(sorted(self.meta.items())), pieces
 
-    @property
+    @functools.cached_property
     def tags(self) -> tuple[str, ...]:
         """The tags (data.corpora's, data.valid_tag) this vocabulary was learned with (its settings file lists them),
         and in a SentencePiece model given without one, its control symbols of a tag's form (`<2de>`)."""

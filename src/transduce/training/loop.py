@@ -118,10 +118,14 @@ def open_run(run_dir: Path, ranks: Ranks, task: str):
         # data or --init-from cannot take) leaves nothing it made, its prepared data included; an interrupted or
         # failed one keeps what it finished (a prepare continues from its finished chunks)
         refused = isinstance(err, ValueError) and not checkpoint_dirs(run_dir)
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True) if refused else remove_if_bare(run_dir, created)
-        elif users_empty:  # the user's empty folder stays, empty again (no manifest or lock left in it)
-            remove_if_bare(run_dir, keep=True) if not refused else empty_folder(run_dir)
+        if created is not None and refused:
+            shutil.rmtree(created, ignore_errors=True)
+        elif created is not None:
+            remove_if_bare(run_dir, created)
+        elif users_empty and refused:  # the user's empty folder stays, empty again
+            empty_folder(run_dir)
+        elif users_empty:  # (no manifest or lock left in it)
+            remove_if_bare(run_dir, keep=True)
         raise
 
 
