@@ -341,8 +341,8 @@ def test_a_full_disk_while_pictures_or_translations_are_written_names_the_file(e
 
 
 def test_names_file_gives_the_destination_of_a_write(tmp_path):
-    """The rules themselves: no name or a temporary's -> the destination; a full disk naming another file (a
-    copy's source) -> the destination; an error that names a file already inside it, or is another file's, kept."""
+    """The rules themselves: no name or a temporary's -> the destination; a copy's (source, then destination) -> its
+    destination; an error that names a file already inside it, or another file (a work folder's chunk), kept."""
     from transduce.outputs import names_file
 
     out, temp = tmp_path / "out", tmp_path / ".tmp-out-1234abcd"
@@ -355,7 +355,7 @@ def test_names_file_gives_the_destination_of_a_write(tmp_path):
     assert raised(OSError(errno.ENOSPC, "full")).filename == str(out)
     assert raised(OSError(errno.EACCES, "no", str(temp / "a" / "b")), temp=temp).filename == str(out / "a" / "b")
     assert raised(OSError(errno.ENOSPC, "full", "/src/x", None, str(temp / "x")), temp=temp).filename == str(out / "x")
-    assert raised(OSError(errno.ENOSPC, "full", "/src/x")).filename == str(out)
+    assert raised(OSError(errno.ENOSPC, "full", "/work/chunk-3")).filename == "/work/chunk-3"  # its own, kept
     assert raised(OSError(errno.ENOSPC, "full", str(out / "inner"))).filename == str(out / "inner")
     assert raised(OSError(errno.ENOENT, "missing", "/src/x")).filename == "/src/x"  # the input's, kept
     assert raised(OSError(errno.EIO, "io"), only_full=True).filename is None

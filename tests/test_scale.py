@@ -205,7 +205,7 @@ def test_a_full_disk_names_the_file_being_written(tmp_path, chunked, capsys, mon
     args = ["prepare", "--train", train, "--src", "en", "--tgt", "xx", "--vocab-size", "60", "--workers", "1"]
     assert main([*args, "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    named = r"chunks/train-0+: " if where == "encoding" else r"\.tmp-out-[0-9a-f]{8}/train\.lines\.npy: "
+    named = r"chunks/train-0+: " if where == "encoding" else r"/out/train\.lines\.npy: "  # the output, not its temp
     assert re.search(named + r"No space left on device \(the disk is full\)$", err), err
 
 

@@ -153,6 +153,7 @@ RECIPE_PARAMETERS = {
     "multi30k-60min": 5_785_600,
     "multi30k-multilingual": 5_785_600,
     "multi30k-bf16-pair": 5_785_600,
+    "tatoeba-en-de": 5_785_600,
     "wmt14-base": 44_650_496,
 }
 

@@ -304,7 +304,7 @@ def _written_name(err: OSError, path: Path, temp: Path | None, only_full: bool) 
         return str(path / named.relative_to(temp))
     if named == path or path in named.parents:  # names it already, or a file inside it (more exactly)
         return None if given is err.filename else str(named)
-    return str(path) if full else None
+    return None  # another file it names (a work folder's, written for this output): that is where it failed
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
