@@ -343,3 +343,15 @@ def test_the_page_translates_the_pair_chosen(models, translators):
             assert f"{source} → xx" in page.locator("#model-info").text_content()
         page.locator("#attention-result:not([hidden])").wait_for(timeout=10_000)  # the attention of the pair chosen
         browser.close()
+
+
+def test_v1_source_auto_picks_among_the_served_sources_and_says_which(client, translators):
+    """/v1/translate takes LibreTranslate's "auto" too: the identifier among the sources served into the target."""
+    for text, language in ((GERMAN, "de"), (ENGLISH, "en")):
+        answer = client.post("/v1/translate", json={"text": [text], "source": "auto", "target": "xx"}).json()
+        assert answer["source"] == language
+        assert answer["translations"][0]["text"] == best(translators[language], [text])[0]
+    named = client.post("/v1/translate", json={"text": [ENGLISH], "source": "en", "target": "xx"}).json()
+    assert "source" not in named  # said only when it was found
+    unserved = client.post("/v1/translate", json={"text": [ENGLISH], "source": "auto", "target": "yy"})
+    assert error_of(unserved, 422)["code"] == "pair_not_served"

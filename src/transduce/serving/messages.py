@@ -37,7 +37,10 @@ PAIR_HELP = (
 class TranslateRequest(_Strict):
     text: list[str] = Field(min_length=1, description="Raw sentences, one translation each, in this order.")
     source: str | None = Field(
-        None, min_length=1, max_length=32, description=f"The source language's code (e.g. 'en'): {PAIR_HELP}."
+        None,
+        min_length=1,
+        max_length=32,
+        description=f"The source language's code (e.g. 'en'), or 'auto' (found among the served ones): {PAIR_HELP}.",
     )
     target: str | None = Field(
         None, min_length=1, max_length=32, description=f"The target language's code (e.g. 'de'): {PAIR_HELP}."
@@ -113,6 +116,7 @@ class TranslationOut(Hypothesis):
 
 class TranslateResponse(BaseModel):
     translations: list[TranslationOut]
+    source: str | None = Field(None, description="The source language found, when the request's source was 'auto'.")
 
 
 class AttentionRequest(_Strict):

@@ -5,6 +5,7 @@ names (pairs.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from .languages import LanguageIdentifier
 from .messages import (
     AttentionRequest,
     AttentionResponse,
@@ -46,7 +48,11 @@ def translation_routes(default: Service, pairs: Pairs | None = None) -> APIRoute
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True)
     async def translate(request: TranslateRequest) -> TranslateResponse:
         """Translate raw sentences; the answer keeps input order. Concurrent requests are decoded together."""
-        service = choose(pairs, default, request.source, request.target)
+        source = request.source
+        detected = source is not None and source.lower() == "auto"
+        if detected:  # LibreTranslate's "auto": the language identifier among the sources served into `target`
+            source = await _identified(pairs, request.target, request.text)
+        service = choose(pairs, default, source, request.target)
         sampling = (request.sampling_topk, request.sampling_topp, request.temperature, request.seed)
         if request.format != "text" and (request.alignment or request.nbest > 1):
             raise ApiError(422, "invalid_request", f"format {request.format} gives one document: no nbest or alignment")
@@ -71,10 +77,12 @@ def translation_routes(default: Service, pairs: Pairs | None = None) -> APIRoute
                 translate_documents(service, request.text, request.format, options)
             )
             return TranslateResponse(
-                translations=[TranslationOut(text=d, score=0.0, alignment=None, nbest=None) for d in documents]
+                translations=[TranslationOut(text=d, score=0.0, alignment=None, nbest=None) for d in documents],
+                source=source if detected else None,
             )
         results = await translate_texts(service, request.text, options)
-        return TranslateResponse(translations=[_translation_out(h, options.nbest) for h in results])
+        outs = [_translation_out(h, options.nbest) for h in results]
+        return TranslateResponse(translations=outs, source=source if detected else None)
 
     if hasattr(default.predictor, "attention"):  # every pair's predictor is of one engine: all or none have it
 
@@ -87,6 +95,16 @@ def translation_routes(default: Service, pairs: Pairs | None = None) -> APIRoute
             return await service.within_timeout(attention_response(service, request, _best_translation))
 
     return router
+
+
+async def _identified(pairs: Pairs, target: str | None, texts: list[str]) -> str | None:
+    """The source language of `texts` (all of them at once, as LibreTranslate's "auto") among the served pairs'
+    sources into `target` (every source when it is left out); None where the server names no languages."""
+    into = [s for s, t in pairs if target is None or t.lower() == target.lower()] or [s for s, _ in pairs]
+    if not into:
+        return None
+    identifier = LanguageIdentifier(into)
+    return (await asyncio.to_thread(identifier.best, "\n".join(texts))).language
 
 
 async def translate_texts(service: Service, texts: list[str], options: DecodeOptions) -> list:
