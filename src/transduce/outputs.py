@@ -56,6 +56,7 @@ def _temp_file(parent: Path, prefix: str) -> Path:
 # Raise it with any change this version could not read an earlier run or cache through.
 FORMAT = 1
 FORMATTED = {"run": ("a run", "train again into a new --out"), "data": ("prepared data", "remove it and prepare again")}
+HF_EXPORT = "huggingface-export"  # the manifest kind of a Hugging Face export (export/huggingface.py)
 CT2_EXPORT = "ctranslate2-export"  # the manifest kind of a CTranslate2 export (export/; checkpoint.py recognises one)
 
 

@@ -63,9 +63,8 @@ def corpus_draw(bounds: np.ndarray, weights: list[float], *, seed: int, epoch: i
     parts = []
     for c, weight in enumerate(weights):
         first, size = int(bounds[c]), int(bounds[c + 1] - bounds[c])
-        whole, extra = divmod(weight * size, size) if size else (0, 0)
-        parts += [np.arange(first, first + size)] * int(whole)
-        extra = round(extra)
+        whole, extra = _shares(weight, size)
+        parts += [np.arange(first, first + size)] * whole
         if extra:
             parts.append(np.sort(rng.choice(size, size=extra, replace=False)) + first)
     dtype = np.int32 if int(bounds[-1]) < 2**31 else np.int64
@@ -77,13 +76,19 @@ def corpus_draw(bounds: np.ndarray, weights: list[float], *, seed: int, epoch: i
 EPOCH_BYTES_PER_PAIR = 28
 
 
+def _shares(weight: float, size: int) -> tuple[int, int]:
+    """A corpus of `size` pairs at `weight`: how many times every pair is taken, and how many pairs once more."""
+    whole, extra = divmod(weight * size, size) if size else (0, 0)
+    return int(whole), round(extra)
+
+
 def draw_sizes(bounds: np.ndarray, weights: list[float]) -> list[int]:
-    """How many pairs `corpus_draw` takes of each corpus per epoch, counted with its arithmetic, without drawing."""
+    """How many pairs `corpus_draw` takes of each corpus per epoch (its `_shares`), counted without drawing."""
     counts = []
     for c, weight in enumerate(weights):
         size = int(bounds[c + 1] - bounds[c])
-        whole, extra = divmod(weight * size, size) if size else (0, 0)
-        counts.append(int(whole) * size + round(extra))
+        whole, extra = _shares(weight, size)
+        counts.append(whole * size + extra)
     return counts
 
 

@@ -156,6 +156,14 @@ class Translator:
         sources, cut = front.source_ids(self.tokenizer, sentences, self.model.config.max_len, tag)
         return [ids + [self.tokenizer.special.eos] for ids in sources], cut
 
+    def _batch_budget(self, beam: int, batch_tokens: int) -> int:
+        """`batch_tokens`, lowered where a batch's search could not fit the device's memory (config/memory.py)."""
+        members = len(self.model.members) if isinstance(self.model, Ensemble) else 1
+        available = device_memory(next(self.model.parameters()).device)[0]
+        return decoding_batch_tokens(
+            self.model.config, beam=beam, members=members, batch_tokens=batch_tokens, available=available
+        )
+
     def _batches(self, sources: list[list[int]], batch_tokens: int) -> list[list[int]]:
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
         batches: list[list[int]] = []
@@ -243,10 +251,7 @@ class Translator:
             split=split,
             alignment=alignment,
         )
-        members = len(self.model.members) if isinstance(self.model, Ensemble) else 1
-        available = device_memory(next(self.model.parameters()).device)[0]  # a batch's search must fit in it
-        budget = decoding_batch_tokens(self.model.config, beam=settings.beam, members=members,
-                                       batch_tokens=settings.batch_tokens, available=available)  # fmt: skip
+        budget = self._batch_budget(settings.beam, settings.batch_tokens)
         engine = front.Engine(
             tokenizer=self.tokenizer,
             max_len=self.model.config.max_len,

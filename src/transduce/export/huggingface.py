@@ -53,12 +53,12 @@ from ..data.marian import MarianVocab, load_tokenizer
 from ..data.tokenizer import Tokenizer
 from ..hf.layout import PEGASUS, model_class, to_marian
 from ..model import Transformer
-from ..outputs import atomic_folder, check_replaceable, read_manifest
+from ..outputs import HF_EXPORT, atomic_folder, check_replaceable, read_manifest
 from ..runs import check_tokenizer, find_weights, load_weights
 from .ctranslate2 import ExportError, special_id_problems
 from .model_card import model_card
 
-KIND = "huggingface-export"  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
+KIND = HF_EXPORT  # the kind in the folder's transduce-manifest.json (see transduce.outputs)
 FORMAT_VERSION = 1
 INSTALL_HINT = "pip install 'transduce[hf]' (or: pip install 'transformers>=5,<6')"
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default: what MarianMTModel and Pegasus use, with no setting for it

@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse
 from .access import ApiKeys, bearer_key
 from .forms import FormError, read_params
 from .languages import Detected, LanguageIdentifier, language_name
-from .pairs import Pairs
+from .pairs import Pairs, sources_into
 from .service import ApiError, DecodeOptions, Limits, Service, decode_defaults, decode_options
 from .translation import translate_documents, translate_texts
 
@@ -230,8 +230,7 @@ async def _route(source: str, target: str, texts: list[str], pairs: Pairs) -> tu
         raise LibreError(400, f"{target} is not supported")
     target, detected = codes[target.lower()], None
     if source.lower() == "auto":
-        into = [s for s, t in pairs if t == target] or list(dict.fromkeys(s for s, _ in pairs))
-        detected = (await _identify(LanguageIdentifier(into), texts, most=1))[0]
+        detected = (await _identify(LanguageIdentifier(sources_into(pairs, target)), texts, most=1))[0]
         source = detected.language
     source = codes[source.lower()]
     if (source, target) not in pairs:

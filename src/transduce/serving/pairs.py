@@ -130,6 +130,13 @@ def _shown(pairs: Pairs) -> str:
     return ", ".join(f"{source} → {target}" for source, target in pairs)
 
 
+def sources_into(pairs: Pairs, target: str | None) -> list[str]:
+    """The served sources that translate into `target` (matched without regard to case; every source where it is
+    None or none does), each once: where a "source: auto" request's language is looked for."""
+    into = [s for s, t in pairs if target is None or t.lower() == target.lower()]
+    return list(dict.fromkeys(into or [s for s, _ in pairs]))
+
+
 def choose(pairs: Pairs, default: Service, source: str | None, target: str | None) -> Service:
     """The service of the pair a /v1 request names (`source`, `target`, either may be left out where it leaves one
     pair); with neither given on a server of at most one pair, `default` (its only service)."""

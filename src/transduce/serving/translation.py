@@ -23,7 +23,7 @@ from .messages import (
     TranslationAttentionRequest,
     TranslationOut,
 )
-from .pairs import Pairs, choose, served_pairs
+from .pairs import Pairs, choose, served_pairs, sources_into
 from .service import ApiError, DecodeOptions, Service, decode_defaults, decode_options
 from .terminology import with_terminology
 
@@ -100,7 +100,7 @@ def translation_routes(default: Service, pairs: Pairs | None = None) -> APIRoute
 async def _identified(pairs: Pairs, target: str | None, texts: list[str]) -> str | None:
     """The source language of `texts` (all of them at once, as LibreTranslate's "auto") among the served pairs'
     sources into `target` (every source when it is left out); None where the server names no languages."""
-    into = [s for s, t in pairs if target is None or t.lower() == target.lower()] or [s for s, _ in pairs]
+    into = sources_into(pairs, target)
     if not into:
         return None
     identifier = LanguageIdentifier(into)

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load as load_bytes
 
 from ..config import ConfigError, read_config_dict
-from ..outputs import atomic_write_text, lock_holder, read_manifest
+from ..outputs import HF_EXPORT, atomic_write_text, lock_holder, read_manifest
 from .checkpoint import CheckpointError, find_weights, fit_weights
 
 RECORD = "init-from.json"  # NEW/init-from.json: {"run", "weights", "sha256"} of what the fine-tune started from
@@ -68,7 +68,7 @@ def _hugging_face_folder(path: Path) -> Path | None:
     """The folder `path` is in when it is a Hugging Face model (our export, or a config.json of theirs: a
     `model_type`, no run's sections); None otherwise."""
     folder = path if path.is_dir() else path.parent
-    if (read_manifest(folder) or {}).get("kind") == "huggingface-export":
+    if (read_manifest(folder) or {}).get("kind") == HF_EXPORT:
         return folder
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
