@@ -55,6 +55,9 @@ class ModelConfig:
     # from 0 (negative: from the last); -1, the last, with all heads, aligned best on gold links (BENCHMARKS.md)
     alignment_heads: int = 0  # how many of that layer's heads, the first ones, are averaged (CTranslate2's
     # convention); 0: all; guided alignment trains 1 (Garg et al. 2019)
+    full_context_alignment: bool = False  # read (and train) those weights in a second decoder pass that sees the
+    # whole target, no future mask (Garg et al. 2019's full target context; fairseq's and OpenNMT's option of the
+    # name): links from the model only (a CTranslate2 export cannot give them)
 
     def __post_init__(self) -> None:
         check_section(self, "model")  # types, finiteness and bounds.BOUNDS (sizes: memory.py)

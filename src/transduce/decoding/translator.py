@@ -290,8 +290,8 @@ class Translator:
     @torch.inference_mode()
     def alignments(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[int]]:
         """Per (source ids without EOS, target ids without EOS) pair, per target token the source position its
-        alignment attention (model/alignment.py) weighs most, end of sentence excluded: one teacher-forced pass,
-        which sees exactly the weights the search saw (the same arithmetic, the same prefixes). An ensemble's are
+        alignment attention (model/alignment.py) weighs most, end of sentence excluded: one teacher-forced pass (the
+        search's own weights; with model.full_context_alignment, the whole target in view). An ensemble's are
         its first model's. A tag (the source's first id) is a position like any other: documents/words.py skips
         it."""
         out: list[list[int]] = [[] for _ in sources]

@@ -251,9 +251,22 @@ class CTranslate2Translator:
         return front.decode_lines(sentences, settings, engine, progress=progress, requests=requests)
 
     @property
+    def align_refusal(self) -> str:
+        """Why the engine cannot give the model's word alignments, "" when it can."""
+        model = self.manifest["model"]
+        if "alignment_layer" not in model:
+            return "this export predates word alignments (its alignment heads are unknown): export again"
+        if model.get("full_context_alignment"):
+            return (
+                "this model reads word alignments with the full target in view (model.full_context_alignment), "
+                "which CTranslate2 cannot give: align with the run itself (--engine torch)"
+            )
+        return ""
+
+    @property
     def can_align(self) -> bool:
-        """Whether the export records its alignment layer and heads (exports made before word alignments do not)."""
-        return "alignment_layer" in self.manifest["model"]
+        """Whether the engine gives the model's word alignments (`align_refusal` says why not)."""
+        return not self.align_refusal
 
     def pair_alignments(self, sources: list[str], targets: list[str], *, tag: str = "") -> list[list[tuple[int, int]]]:
         """`Translator.pair_alignments` on the engine."""
@@ -262,8 +275,8 @@ class CTranslate2Translator:
     def alignments(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[int]]:
         """`Translator.alignments` through the engine's `return_attention` (the export's decoder has the run's
         alignment layer and heads): each target forced as the prefix of a one-step search."""
-        if not self.can_align:
-            raise ExportError("this export predates word alignments (its alignment heads are unknown): export again")
+        if self.align_refusal:
+            raise ExportError(self.align_refusal)
         results = self.engine.translate_batch(
             [[self.pieces[i] for i in ids] for ids in sources],
             target_prefix=[[self.pieces[i] for i in ids] for ids in targets],

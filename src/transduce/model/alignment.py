@@ -5,6 +5,11 @@ Which layer and heads are the model's settings (model.alignment_layer, model.ali
 (training/guided.py trains these weights towards given links, Garg et al. 2019) and a CTranslate2 export (its
 decoder's alignment_layer / alignment_heads, so `return_attention` gives the same weights).
 
+With model.full_context_alignment the weights come from a pass of their own in which the decoder sees the whole
+target, no future mask (Garg et al. 2019, "alignment training with full target context"): position t predicts
+target token t as before but also sees the tokens after it. Training runs that pass beside the translation's, over
+the same encoder output; decoding runs it over the finished translation. No engine step gives these weights.
+
 Axis legend: B pairs, H heads, T decoder positions (BOS + target: position t predicts target token t), S source
 positions (pieces + EOS).
 """
@@ -12,7 +17,9 @@ positions (pieces + EOS).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import TypeVar
 
 from torch import Tensor
 
@@ -69,9 +76,37 @@ def alignment_weights(model, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tenso
     with recording_alignment(model) as got:
         handle = module.register_forward_hook(stop)  # after recording_alignment's own hook: the weights are kept
         try:
-            model.decoder(tgt_in, memory, src_pad_mask)
+            model.decoder(tgt_in, memory, src_pad_mask, full_context=model.config.full_context_alignment)
         except _Reached:
             pass
         finally:
             handle.remove()
     return got[0]
+
+
+Result = TypeVar("Result")
+
+
+def trained_alignment(
+    model,
+    forward: Callable[[], Result],
+    tgt_in: Tensor,
+    src: Tensor,
+    autocast: Callable[[], AbstractContextManager],
+) -> tuple[Result, Tensor]:
+    """`forward()`, the training pass of the pairs `src` (B, S) and decoder inputs `tgt_in` (B, T), and the
+    alignment weights (B, T, S) of those pairs with autograd's graph (guided alignment trains them): the pass's own
+    cross-attention, or with model.full_context_alignment a second pass over the encoder output the first computed
+    (one encoder pass, so the gradient of both reaches it), stopped at the alignment layer, under `autocast()`."""
+    if not model.config.full_context_alignment:
+        with recording_alignment(model) as got:
+            result = forward()
+        return result, got[-1]
+    memories: list[Tensor] = []
+    handle = model.encoder.register_forward_hook(lambda _module, _inputs, output: memories.append(output))
+    try:
+        result = forward()
+    finally:
+        handle.remove()
+    with autocast():  # the precision the training pass runs in (training/precision.py)
+        return result, alignment_weights(model, tgt_in, memories[-1], model.pad_mask(src))

@@ -313,21 +313,34 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
         self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
         self.window = config.attention_window
+        self.pad_id = config.pad_id
 
-    def forward(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor, extra: Tensor | None = None) -> Tensor:
-        """`extra` (B, T, D), optional: added to the embedded inputs (an input a subclass adds)."""
+    def forward(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_pad_mask: Tensor,
+        extra: Tensor | None = None,
+        *,
+        full_context: bool = False,
+    ) -> Tensor:
+        """`extra` (B, T, D), optional: added to the embedded inputs (an input a subclass adds). `full_context`:
+        no future mask, every position sees the whole target (alignment's pass, model/alignment.py; never a
+        prediction's)."""
         x = self.embed(tgt_in)  # (B, T, D)
         if extra is not None:
             x = x + extra
         length = tgt_in.size(1)
-        causal = self.window is None  # the fused causal kernel; a window needs an explicit mask
-        self_mask = (
-            None
-            if causal
-            else attention_mask(
+        causal = self.window is None and not full_context  # the fused causal kernel; a window needs a mask
+        self_mask = None
+        if full_context:  # the whole target but its padding (a Marian model's BOS, its pad row, stays seen)
+            padding = tgt_in.eq(self.pad_id)
+            padding[:, 0] = False
+            self_mask = attention_mask(padding, query_len=length, key_len=length, window=self.window, device=x.device)
+        elif not causal:
+            self_mask = attention_mask(
                 None, query_len=length, key_len=length, causal=True, window=self.window, device=x.device
             )
-        )
         cross_mask = attention_mask(src_pad_mask, query_len=length, key_len=memory.size(1))  # (B, 1, 1, S)
         for layer in self.layers:
             memory_kv = cast(DecoderLayer, layer).cross_attn.project_kv(memory)

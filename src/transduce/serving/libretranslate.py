@@ -216,7 +216,7 @@ def _unique(texts: list[str], best: str) -> list[str]:
 
 async def _html(service: Service, texts: list[str]) -> list[str]:
     if not getattr(service.predictor, "can_align", True):
-        raise LibreError(400, "html format is not supported by this model's export: export the run again")
+        raise LibreError(400, f"html format is not supported by this model's export: {service.predictor.align_refusal}")
     return await service.within_timeout(translate_documents(service, texts, "html", _options(service, 1)))
 
 

@@ -59,7 +59,7 @@ def translation_routes(default: Service, pairs: Pairs | None = None) -> APIRoute
         if (request.alignment or request.format in ("html", "xml")) and not getattr(
             service.predictor, "can_align", True
         ):
-            raise ApiError(422, "invalid_request", "this export predates word alignments: export the run again")
+            raise ApiError(422, "invalid_request", service.predictor.align_refusal)
         options = decode_options(
             service,
             request.beam,

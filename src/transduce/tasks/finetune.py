@@ -26,6 +26,9 @@ from ..training.init_from import RECORD, source_run
 # the model settings a fine-tune may set otherwise than RUN: regularisation only (no weight's shape, nor what the
 # trained weights compute, depends on them)
 FREE_MODEL_SETTINGS = ("dropout", "attention_dropout", "activation_dropout")
+# which attention gives word links and how it is read: no weight changes with them, so a fine-tune may set them
+# (guided alignment fine-tuned onto a run); one the recipe leaves at its default keeps RUN's
+ALIGNMENT_SETTINGS = ("alignment_layer", "alignment_heads", "full_context_alignment")
 TOKENIZER = "tokenizer.model"
 
 
@@ -66,22 +69,25 @@ def _resumed_init_from(config: Config, base: Config, run_dir: Path) -> Config:
 
 
 def adopt_model(recipe: ModelConfig, base: ModelConfig, where: Path) -> ModelConfig:
-    """RUN's model settings with the recipe's dropouts. A recipe setting that differs from RUN's and from the
-    default (a recipe that asks for another value) is refused, naming it."""
+    """RUN's model settings with the recipe's dropouts and the alignment settings it asks for. Another recipe
+    setting that differs from RUN's and from the default (a recipe that asks for another value) is refused, naming
+    it."""
     default = type(recipe)()
     asked = [
         f"model.{f.name} {getattr(recipe, f.name)!r} (the run has {getattr(base, f.name)!r})"
         for f in dataclasses.fields(recipe)
-        if f.name not in FREE_MODEL_SETTINGS
+        if f.name not in FREE_MODEL_SETTINGS + ALIGNMENT_SETTINGS
         and getattr(recipe, f.name) != getattr(base, f.name)
         and getattr(recipe, f.name) != getattr(default, f.name)
     ]
     if asked:
         raise ConfigError(
             f"train.init_from {where}: a fine-tune keeps the model of the run it starts from, but the recipe asks "
-            f"for {', '.join(asked)}; leave those settings out (only the dropouts may change)"
+            f"for {', '.join(asked)}; leave those settings out (only the dropouts and the alignment settings may "
+            "change)"
         )
-    return dataclasses.replace(base, **{k: getattr(recipe, k) for k in FREE_MODEL_SETTINGS})
+    asked_alignment = {k: getattr(recipe, k) for k in ALIGNMENT_SETTINGS if getattr(recipe, k) != getattr(default, k)}
+    return dataclasses.replace(base, **{k: getattr(recipe, k) for k in FREE_MODEL_SETTINGS}, **asked_alignment)
 
 
 def _adopt_data(

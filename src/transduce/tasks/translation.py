@@ -25,7 +25,7 @@ from ..data.training_text import TEXT_COPY, TrainingText, corpus_bounds, corpus_
 from ..decoding.translator import Translator
 from ..metrics import score
 from ..model import Transformer
-from ..model.alignment import recording_alignment
+from ..model.alignment import trained_alignment
 from ..outputs import atomic_folder, atomic_write_text, read_manifest, remove_leftovers, remove_own_folder
 from ..runs import record_tokenizer
 from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
@@ -301,9 +301,13 @@ class TranslationTask(SequenceTask):
         x the alignment loss (training/guided.py), both summed over the batch's target tokens."""
         if batch.align_index is None or batch.align_prob is None:
             return super().loss(net, batch, autocast)
-        with recording_alignment(getattr(net, "module", net)) as weights:  # under DDP the model is its module
-            loss, nll = super().loss(net, batch, autocast)
-        align = guided_alignment_loss(weights[-1], batch.align_index, batch.align_prob)  # weights[-1]: (B, T, S)
+        model = getattr(net, "module", net)  # under DDP the model is its module
+
+        def forward() -> tuple[torch.Tensor, torch.Tensor]:
+            return super(TranslationTask, self).loss(net, batch, autocast)
+
+        (loss, nll), weights = trained_alignment(model, forward, batch.tgt_in, batch.src, autocast)  # (B, T, S)
+        align = guided_alignment_loss(weights, batch.align_index, batch.align_prob)
         self.align_window.add(align, batch.n_aligned)
         return loss + self.config.train.guided_alignment * align, nll
 
