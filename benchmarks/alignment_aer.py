@@ -3,8 +3,9 @@ pairs, sure and possible links; PROVENANCE.md there): AER = 1 - (|A & S| + |A & 
 
 The first half of the pairs chooses, the second half reports:
 - each `--run` (an En->Fr model): the links of the gold pairs as `score-pairs --alignment` reads them
-  (`Translator.pair_alignments`), for every decoder layer and every count of first heads averaged; the setting
-  with the lowest AER on the first half is reported on the second (beside the run's own setting, as trained);
+  (`Translator.pair_alignments`), for every decoder layer, every count of first heads averaged and every way of
+  reading links (model.alignment_links, `--rules`); the setting with the lowest AER on the first half is reported
+  on the second (beside the run's own setting, as trained);
 - `--eflomal`: `transduce align` (eflomal, both directions, grow-diag-final-and) over `--aligner-corpus` (the
   model's training corpus) plus the 447 gold sentences, as aligners are run; its links of the gold pairs.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
+import itertools
 import subprocess
 import sys
 import tempfile
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from transduce.config.sections import ALIGNMENT_LINKS
 from transduce.data import resolve_path
 from transduce.data.text import data_root
 from transduce.decoding.translator import Translator
@@ -54,10 +57,12 @@ def aer(found: list[Links], sure: list[Links], possible: list[Links]) -> float:
     return 100.0 * (1.0 - (a_s + a_p) / total)
 
 
-def model_links(translator: Translator, en: list[str], fr: list[str], layer: int, heads: int) -> list[Links]:
+def model_links(
+    translator: Translator, en: list[str], fr: list[str], layer: int, heads: int, rule: str = "target"
+) -> list[Links]:
     model = translator.model
     saved = model.config
-    model.config = dataclasses.replace(saved, alignment_layer=layer, alignment_heads=heads)
+    model.config = dataclasses.replace(saved, alignment_layer=layer, alignment_heads=heads, alignment_links=rule)
     try:
         return [set(links) for links in translator.pair_alignments(en, fr)]
     finally:
@@ -85,7 +90,9 @@ def main() -> None:
     p.add_argument("--aligner-corpus", default="multi30k/train", help="PREFIX: PREFIX.en.gz and PREFIX.fr.gz")
     p.add_argument("--gold", default=None, help="the gold folder (default: $TRANSDUCE_DATA/align_gold_enfr)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rules", default=",".join(ALIGNMENT_LINKS), help="model.alignment_links values to try on dev")
     args = p.parse_args()
+    rules = args.rules.split(",")
     torch.set_num_threads(args.threads)
     gold = Path(args.gold) if args.gold else Path(data_root() or ".") / "align_gold_enfr"
     en, fr, sure, possible = read_gold(gold)
@@ -101,20 +108,22 @@ def main() -> None:
         translator = Translator.from_run(run)
         config = translator.model.config
         results = {}
-        for layer in range(config.decoder_layers):
-            for heads in range(1, config.n_heads + 1):
-                links = model_links(translator, en, fr, layer, heads)
-                results[layer, heads] = (
-                    aer(links[dev], sure[dev], possible[dev]),
-                    aer(links[test], sure[test], possible[test]),
-                )
-                print(f"  {run} layer {layer} heads 1-{heads}: dev {results[layer, heads][0]:.2f}", file=sys.stderr)
+        for layer, heads, rule in itertools.product(range(config.decoder_layers), range(1, config.n_heads + 1), rules):
+            links = model_links(translator, en, fr, layer, heads, rule)
+            results[layer, heads, rule] = (
+                aer(links[dev], sure[dev], possible[dev]),
+                aer(links[test], sure[test], possible[test]),
+            )
+            print(
+                f"  {run} layer {layer} heads 1-{heads} {rule}: dev {results[layer, heads, rule][0]:.2f}",
+                file=sys.stderr,
+            )
         from transduce.model.alignment import head_count, layer_index
 
-        own = (layer_index(config), head_count(config))
+        own = (layer_index(config), head_count(config), config.alignment_links)
         best = min(results, key=lambda key: results[key][0])
         for what, key in (("as trained", own), ("chosen on dev", best)):
-            name = f"{run} {what} (layer {key[0]}, heads 1-{key[1]})"
+            name = f"{run} {what} (layer {key[0]}, heads 1-{key[1]}, links {key[2]})"
             print(f"{name:<58} {results[key][0]:8.2f} {results[key][1]:9.2f}")
 
 

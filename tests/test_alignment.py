@@ -1,6 +1,7 @@
 """Word alignments from attention (issue 73, item 3): Pharaoh links over the raw words, the translation unchanged by
 asking for them, the same links from the torch engine and from CTranslate2."""
 
+import numpy as np
 import pytest
 from conftest import run_cli
 
@@ -10,15 +11,40 @@ from transduce.documents import words
 def test_pieces_map_to_the_words_that_hold_them():
     assert words.piece_words(["▁The", "▁ca", "t", "▁sat", "."]) == [0, 1, 1, 2, 2]
     assert words.piece_words(["ca", "t", "▁sat"]) == [0, 0, 1]  # a part starting inside a word
-    # target piece t points at source piece pointed[t]: words linked, each link once, sorted
-    links = words.word_links(["▁a", "b", "▁c"], ["▁X", "▁Y", "y"], [2, 0, 1])
-    assert links == [(0, 1), (1, 0)]
 
 
-def test_positions_after_a_tag_count_it_and_a_piece_pointing_at_the_tag_has_no_link():
-    pieces = ["▁runs", "▁near", "▁tree"]  # the model read [tag, ▁runs, ▁near, ▁tree]
-    assert words.word_links(pieces, ["▁A", "▁B"], [1, 3], first=1) == [(0, 0), (2, 1)]
-    assert words.word_links(pieces, ["▁A"], [0], first=1) == []  # the tag itself
+def weights(*rows: list[float]) -> np.ndarray:
+    return np.array(rows, dtype=np.float32)
+
+
+def test_links_come_from_the_attention_mass_of_whole_words():
+    source, target = ["▁a", "b", "▁c"], ["▁X", "▁Y", "y"]  # source words: ab 0, c 1; target words: X 0, Yy 1
+    # X: piece "▁c" alone weighs most (0.4), but word ab holds 0.6; Yy: "▁Y" points at c and "y" at a, their mean
+    # at c (0.55 against 0.45): one link per target word, not one per piece
+    attention = weights([0.25, 0.35, 0.4], [0.1, 0.1, 0.8], [0.4, 0.3, 0.3])
+    assert words.word_links(source, target, attention, rule="target") == [(0, 0), (1, 1)]
+    # the default reads each piece alone: X to c, Y to c, y to ab
+    assert words.word_links(source, target, attention) == [(0, 1), (1, 0), (1, 1)]
+
+
+def test_the_rules_read_one_direction_both_or_grow_them_together():
+    source, target = ["▁a", "▁b", "▁c"], ["▁X", "▁Y"]
+    attention = weights([0.7, 0.2, 0.1], [0.6, 0.3, 0.05])  # both target words weigh source word a most
+    assert words.word_links(source, target, attention, rule="target") == [(0, 0), (0, 1)]
+    # each source word's heaviest target word: a X, b Y, c X; only (a, X) is the best both ways
+    assert words.word_links(source, target, attention, rule="both") == [(0, 0)]
+    # grow-diag-final-and from (a, X): (a, Y), (b, Y) and then (c, X) join words not yet linked, next to a link
+    assert words.word_links(source, target, attention, rule="grow") == [(0, 0), (0, 1), (1, 1), (2, 0)]
+
+
+def test_a_tag_and_the_end_of_sentence_are_no_word():
+    pieces = ["▁runs", "▁near", "▁tree"]  # the model read [tag, ▁runs, ▁near, ▁tree, EOS]
+    attention = weights([0.9, 0.02, 0.05, 0.03, 0], [0.1, 0.1, 0.1, 0.7, 0], [0.1, 0.1, 0.1, 0.2, 0.5])
+    assert words.word_links(pieces, ["▁A", "▁B"], attention, first=1) == [(2, 1)]  # A's piece points at the tag
+    assert words.word_links(pieces, ["▁A", "▁B"], attention, first=1, rule="target") == [(1, 0), (2, 1)]
+    # C weighs the end of sentence (the last column) most: it is no word, C's heaviest word is tree
+    assert words.word_links(pieces, ["▁A", "▁B", "▁C"], attention, first=1) == [(2, 1), (2, 2)]
+    assert words.word_links(pieces, [], np.zeros((0, 5)), first=1) == []
 
 
 def test_a_units_links_move_into_its_lines_numbering():
@@ -109,6 +135,35 @@ def test_torch_and_ctranslate2_give_the_same_links(trained_run, tmp_path):
     scored = run_cli("score-pairs", str(run), "--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "hyp.txt"),
                      "--alignment").stdout  # fmt: skip
     assert [row.split("\t")[3] for row in scored.splitlines()] == list(links)
+
+
+def test_the_models_link_rule_is_read_by_both_engines(trained_run):
+    import dataclasses
+
+    from transduce.config import ConfigError, ModelConfig
+    from transduce.decoding.translator import Translator
+
+    with pytest.raises(ConfigError, match="model.alignment_links must be one of pieces, target, both, grow"):
+        ModelConfig(alignment_links="intersect")
+    run, corpus = trained_run
+    translator = Translator.from_run(run)
+    sources = (corpus / "test.en").read_text().splitlines()[:12]
+    targets = (corpus / "test.xx").read_text().splitlines()[:12]
+    read = {}
+    for rule in ("pieces", "target", "both", "grow"):
+        translator.model.config = dataclasses.replace(translator.model.config, alignment_links=rule)
+        read[rule] = translator.pair_alignments(sources, targets)
+    for target, one_way, both, grow in zip(targets, read["target"], read["both"], read["grow"]):
+        assert {j for _, j in one_way} == set(range(len(target.split())))  # every target word, once
+        assert len(one_way) == len(target.split())
+        assert set(both) <= set(one_way) and set(both) <= set(grow)
+    assert read["both"] != read["target"]  # the rule changes what is read
+    pytest.importorskip("ctranslate2")
+    from transduce.export.ct2_translator import CTranslate2Translator
+
+    engine = CTranslate2Translator.from_run(run)
+    engine.manifest["model"]["alignment_links"] = "both"  # as an export of a run with that setting records it
+    assert engine.pair_alignments(sources, targets) == read["both"]
 
 
 def test_an_export_records_its_alignment_heads(trained_run, tmp_path):

@@ -18,6 +18,7 @@ from .bounds import check_section, check_value
 from .errors import ConfigError
 
 ACTIVATIONS = ("relu", "swish", "gelu")  # model.activation's values
+ALIGNMENT_LINKS = ("pieces", "target", "both", "grow")  # model.alignment_links's values (documents/words.py reads them)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +59,10 @@ class ModelConfig:
     full_context_alignment: bool = False  # read (and train) those weights in a second decoder pass that sees the
     # whole target, no future mask (Garg et al. 2019's full target context; fairseq's and OpenNMT's option of the
     # name): links from the model only (a CTranslate2 export cannot give them)
+    alignment_links: str = "pieces"  # how word links are read from those weights (documents/words.py): "pieces",
+    # each target piece's word to its heaviest source piece's; over word masses, "target", each target word to its
+    # heaviest source word; "both", only links also the source word's heaviest; "grow", the two directions joined
+    # by grow-diag-final-and (docs/translation.md#word-alignments)
 
     def __post_init__(self) -> None:
         check_section(self, "model")  # types, finiteness and bounds.BOUNDS (sizes: memory.py)
@@ -76,6 +81,10 @@ class ModelConfig:
             raise ConfigError(
                 f"model.alignment_layer ({self.alignment_layer}) must name one of the {self.decoder_layers} decoder "
                 f"layers (0 to {self.decoder_layers - 1}, or -1 to -{self.decoder_layers} from the last)"
+            )
+        if self.alignment_links not in ALIGNMENT_LINKS:
+            raise ConfigError(
+                f"model.alignment_links must be one of {', '.join(ALIGNMENT_LINKS)}, got {self.alignment_links!r}"
             )
         if self.alignment_heads > self.n_heads:
             raise ConfigError(

@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tqdm import tqdm
 
@@ -32,9 +33,9 @@ class Translation:
     # word links (source word, target word), 0-based over the whitespace-separated words of the input line and of
     # `text`, with `alignment=True` (documents/words.py); None otherwise
     alignment: list[tuple[int, int]] | None = None
-    # per target token, the source position the alignment attention weighs most, where the engine read it while
-    # searching (the torch engine); front turns it into `alignment`
-    pointed: list[int] | None = field(default=None, repr=False, compare=False)
+    # (T, S) per target token, the alignment attention over the source positions (EOS excluded), where the engine
+    # read it while searching (the torch engine); front turns it into `alignment`
+    attention: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -243,15 +244,17 @@ class Engine:
     without EOS) its hypotheses, best first; `lines` are the sources' indices in the call's units (they seed
     sampling); `steering` None, or per source its lexical constraints and prefix (decoding/lexical.py) or None.
     `groups(sources)`: the positions in `sources` that go through one search call. `align(sources, tokens)`: per
-    (source, output tokens) pair, per output token the source position its alignment attention points at
-    (over the source as given, a tag included; EOS excluded), or None where the engine gives no alignments."""
+    (source, output tokens) pair, its alignment attention (T, S): per output token, over the source positions as
+    given (a tag included; EOS excluded); None where the engine gives no alignments. `link_rule`: how word links
+    are read from it (model.alignment_links, documents/words.py)."""
 
     tokenizer: Tokenizer
     max_len: int  # the model's positions
     language: str  # the source language: the sentence splitter's rules
     search: Callable[[list[list[int]], list[int], list[Steering | None] | None], list[list[Translation]]]
     groups: Callable[[list[list[int]]], list[list[int]]]
-    align: Callable[[list[list[int]], list[list[int]]], list[list[int]]] | None = None
+    align: Callable[[list[list[int]], list[list[int]]], list[Any]] | None = None
+    link_rule: str = "pieces"
 
 
 def decode_lines(
@@ -344,18 +347,19 @@ def _align(engine: Engine, sources: list[list[int]], found: list[list[Translatio
     pairs = [(ids, h) for ids, hyps in zip(sources, found) for h in hyps]
     if not pairs:
         return
-    if all(h.pointed is not None for _, h in pairs):
-        pointed = [h.pointed or [] for _, h in pairs]
+    if all(h.attention is not None for _, h in pairs):
+        attention = [h.attention for _, h in pairs]
     elif engine.align is None:
         raise ConfigError("this engine gives no word alignments")
     else:
-        pointed = engine.align([ids for ids, _ in pairs], [h.tokens for _, h in pairs])
+        attention = engine.align([ids for ids, _ in pairs], [h.tokens for _, h in pairs])
     piece = engine.tokenizer.id_to_piece
     at = 0
     for ids, hyps in zip(sources, found):
         source_pieces = [piece(i) for i in ids[int(tagged) :]]  # positions count the tag: word_links's `first`
         for h in hyps:
-            h.alignment = words.word_links(source_pieces, [piece(t) for t in h.tokens], pointed[at], int(tagged))
+            target_pieces = [piece(t) for t in h.tokens]
+            h.alignment = words.word_links(source_pieces, target_pieces, attention[at], int(tagged), engine.link_rule)
             at += 1
 
 
@@ -389,21 +393,22 @@ def _joined(
 
 def pair_links(
     tokenizer: Tokenizer,
-    align: Callable[[list[list[int]], list[list[int]]], list[list[int]]],
+    align: Callable[[list[list[int]], list[list[int]]], list[Any]],
     pairs: tuple[list[str], list[str]],
     *,
     max_len: int,
     tag: str = "",
+    rule: str = "pieces",
 ) -> list[list[tuple[int, int]]]:
     """The word links of given (source, target) pairs (`score-pairs --alignment`), from the engine's `align` over
-    each pair read as the scorer reads it (source and target cut to the model's positions)."""
+    each pair read as the scorer reads it (source and target cut to the model's positions), by the link `rule`."""
     sources, targets = pairs
     src_ids, tgt_ids, _ = pair_ids(tokenizer, pairs, max_len, tag)
     piece = tokenizer.id_to_piece
     out = []
-    for source, target, src, tgt, points in zip(sources, targets, src_ids, tgt_ids, align(src_ids, tgt_ids)):
+    for source, target, src, tgt, weights in zip(sources, targets, src_ids, tgt_ids, align(src_ids, tgt_ids)):
         first = 1 if tag else 0  # the positions count the tag
-        links = words.word_links([piece(i) for i in src[first:]], [piece(t) for t in tgt], points, first)
+        links = words.word_links([piece(i) for i in src[first:]], [piece(t) for t in tgt], weights, first, rule)
         out.append(
             words.relocate(links, (source, 0, words.word_offsets(source)), (target, 0, words.word_offsets(target)))
         )

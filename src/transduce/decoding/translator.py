@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast, overload
 
+import numpy as np
 import torch
 
 from ..config import DecodeConfig
@@ -259,6 +260,7 @@ class Translator:
             search=lambda sources, lines, steering: self._search(sources, lines, settings, steering),
             groups=lambda sources: self._batches([[0] * (len(ids) + 1) for ids in sources], budget),
             align=self.alignments,
+            link_rule=self._aligning_model().config.alignment_links,
         )
         was_training = self.model.training
         self.model.eval()
@@ -281,34 +283,32 @@ class Translator:
         try:
             with self._autocast():
                 pairs = (list(sources), list(targets))
-                return front.pair_links(
-                    self.tokenizer, self.alignments, pairs, max_len=self.model.config.max_len, tag=tag
-                )
+                rule, max_len = self._aligning_model().config.alignment_links, self.model.config.max_len
+                return front.pair_links(self.tokenizer, self.alignments, pairs, max_len=max_len, tag=tag, rule=rule)
         finally:
             self.model.train(was_training)
 
     @torch.inference_mode()
-    def alignments(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[int]]:
-        """Per (source ids without EOS, target ids without EOS) pair, per target token the source position its
-        alignment attention (model/alignment.py) weighs most, end of sentence excluded: one teacher-forced pass (the
-        search's own weights; with model.full_context_alignment, the whole target in view). An ensemble's are
-        its first model's. A tag (the source's first id) is a position like any other: documents/words.py skips
-        it."""
-        out: list[list[int]] = [[] for _ in sources]
+    def alignments(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]:
+        """Per (source ids without EOS, target ids without EOS) pair, its alignment attention (model/alignment.py)
+        (T, S), end of sentence excluded: one teacher-forced pass (the search's own weights; with
+        model.full_context_alignment, the whole target in view). An ensemble's are its first model's. A tag (the
+        source's first id) is a position like any other: documents/words.py skips it."""
+        out: list[np.ndarray] = [np.zeros((0, 0), np.float32) for _ in sources]
         eos = self.tokenizer.special.eos
         for batch in self._batches([[0] * max(len(s), len(t)) for s, t in zip(sources, targets)], 4096):
             src = self._padded([sources[i] + [eos] for i in batch])  # (B, S)
             memory = self._aligning_model().encode(src)  # (B, S, D)
-            for i, points in zip(batch, self._pointed(memory, src, [targets[i] for i in batch])):
-                out[i] = points
+            for i, weights in zip(batch, self._attention(memory, src, [targets[i] for i in batch])):
+                out[i] = weights
         return out
 
     def _aligning_model(self) -> Transformer:
         return cast(Transformer, self.model.members[0] if isinstance(self.model, Ensemble) else self.model)
 
-    def _pointed(self, memory: torch.Tensor, src: torch.Tensor, targets: list[list[int]]) -> list[list[int]]:
-        """Per row of `src` (B, S; EOS and padding after the pieces) and its target ids, per target token the
-        source position its alignment attention weighs most among the pieces (`alignments`)."""
+    def _attention(self, memory: torch.Tensor, src: torch.Tensor, targets: list[list[int]]) -> list[np.ndarray]:
+        """Per row of `src` (B, S; EOS and padding after the pieces) and its target ids, the alignment attention
+        (T_i, S_i) over the pieces (`alignments`)."""
         from ..model.alignment import alignment_weights
 
         model, special = self._aligning_model(), self.tokenizer.special
@@ -318,8 +318,7 @@ class Translator:
         out = []
         for row, ids in enumerate(targets):
             pieces = lengths[row] - 1
-            shown = weights[row, : len(ids), :pieces]  # (T_i, S_i): EOS and padding cut
-            out.append(shown.argmax(dim=-1).tolist() if pieces else [0] * len(ids))
+            out.append(weights[row, : len(ids), :pieces].float().cpu().numpy())  # (T_i, S_i): EOS and padding cut
         return out
 
     def _search(
@@ -366,15 +365,16 @@ class Translator:
 
     @torch.inference_mode()
     def _point_hypotheses(self, found: list[list[Translation]], memory: Any, src: torch.Tensor) -> None:
-        """Each hypothesis's `pointed` (front.Translation): `_pointed` over the rows of `memory` (an ensemble's:
+        """Each hypothesis's `attention` (front.Translation): `_attention` over the rows of `memory` (an ensemble's:
         its first model's) of the sentences the hypotheses belong to."""
         memory = memory[0] if isinstance(memory, list) else memory  # (B, S, D)
         rows = torch.tensor([r for r, sent in enumerate(found) for _ in sent], dtype=torch.long, device=src.device)
         flat = [h for sent in found for h in sent]
         if flat:
             targets = [h.tokens for h in flat]
-            for h, points in zip(flat, self._pointed(memory.index_select(0, rows), src.index_select(0, rows), targets)):
-                h.pointed = points
+            weights = self._attention(memory.index_select(0, rows), src.index_select(0, rows), targets)
+            for h, attention in zip(flat, weights):
+                h.attention = attention
 
     @overload
     def translate(self, sentences: str, **kwargs: Any) -> str: ...

@@ -4,10 +4,11 @@ A *word* is a whitespace-separated word of the raw text (`str.split()`), on both
 0-based, source word i - target word j) count, as fairseq, Marian and eole print them. SentencePiece marks a piece
 that begins a word with "▁", so a piece's word is the count of such marks up to it.
 
-A target piece is linked to the source piece its alignment attention weighs most (model/alignment.py; end of
-sentence excluded, as fairseq's `extract_hard_alignment` does), and its word to that piece's word; a piece that
-points at a tag gets no link. A unit's links (one sentence of a paragraph, or a part of a cut one) are moved into
-its line's word numbering by the characters where the unit's words begin (`relocate`).
+The alignment attention (model/alignment.py) of each target piece over the source pieces (end of sentence
+excluded, as fairseq's `extract_hard_alignment` does) gives the links by the model's rule (model.alignment_links,
+`word_links`): by default each target piece's word to the word of the source piece it weighs most. A unit's
+links (one sentence of a paragraph, or a part of a cut one) are moved into its line's word numbering by the
+characters where the unit's words begin (`relocate`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import bisect
 import re
 from collections.abc import Sequence
 
+import numpy as np
+
+from ..data.aligner import grow_diag_final_and
 from ..data.alignments import WORD_START
 
 Links = list[tuple[int, int]]
@@ -35,15 +39,33 @@ def piece_words(pieces: Sequence[str]) -> list[int]:
 
 
 def word_links(
-    source_pieces: Sequence[str], target_pieces: Sequence[str], pointed: Sequence[int], first: int = 0
+    source_pieces: Sequence[str], target_pieces: Sequence[str], attention, first: int = 0, rule: str = "pieces"
 ) -> Links:
-    """Word links (source word, target word), sorted and each once, from `pointed`: per target piece, the position
-    of the source piece its alignment attention weighs most, counted over the source as the model read it, where
-    `source_pieces` begin at position `first` (1 after a tag: a target piece pointing at the tag has no link)."""
+    """Word links (source word, target word), sorted, from `attention` (T, S'): per target piece, its alignment
+    attention over the source as the model read it, where `source_pieces` begin at position `first` (1 after a
+    tag; end of sentence is past them). `rule` (model.alignment_links): "pieces" links each target piece's word to
+    the word of the source position it weighs most (none when that is the tag). The others sum the weights over
+    each source word's pieces and average them over each target word's, a mass per (target word, source word):
+    "target" links each target word to its heaviest source word; "both" keeps those links that are also the source
+    word's heaviest target word; "grow" joins the two directions by grow-diag-final-and, as `transduce align`
+    joins eflomal's."""
     src_words, tgt_words = piece_words(source_pieces), piece_words(target_pieces)
-    return sorted(
-        {(src_words[s - first], tgt_words[t]) for t, s in enumerate(pointed) if 0 <= s - first < len(src_words)}
-    )
+    weights = np.asarray(attention, dtype=np.float64)[: len(tgt_words), : first + len(src_words)]
+    if not weights.size or weights.shape[1] <= first:
+        return []
+    if rule == "pieces":
+        pointed = weights.argmax(axis=1) - first
+        return sorted({(src_words[s], tgt_words[t]) for t, s in enumerate(pointed.tolist()) if s >= 0})
+    weights = weights[:, first:]
+    rows, cols = np.asarray(tgt_words[: weights.shape[0]]), np.asarray(src_words[: weights.shape[1]])
+    mass = np.zeros((rows[-1] + 1, cols[-1] + 1))
+    np.add.at(mass, (rows[:, None], cols[None, :]), weights)
+    mass /= np.bincount(rows)[:, None]
+    forward = {(int(s), t) for t, s in enumerate(mass.argmax(axis=1))}
+    if rule == "target":
+        return sorted(forward)
+    reverse = {(s, int(t)) for s, t in enumerate(mass.argmax(axis=0))}
+    return sorted(forward & reverse) if rule == "both" else grow_diag_final_and(forward, reverse)
 
 
 def word_offsets(text: str) -> list[int]:

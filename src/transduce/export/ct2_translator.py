@@ -38,7 +38,6 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
-import torch
 
 from ..config import Config, ConfigError, DecodeConfig, config_from_dict
 from ..config.bounds import check_value
@@ -246,7 +245,9 @@ class CTranslate2Translator:
             return self._decode(sources, self.max_output(longest), settings.batch_tokens, search, prefixes)
 
         language = self.manifest.get("languages", {}).get("source", "")
-        engine = front.Engine(self.tokenizer, self.max_len, language, decode, self._calls, self.alignments)
+        engine = front.Engine(
+            self.tokenizer, self.max_len, language, decode, self._calls, self.alignments, self.link_rule
+        )
         requests = front.Requests(prefixes=prefixes)
         return front.decode_lines(sentences, settings, engine, progress=progress, requests=requests)
 
@@ -270,9 +271,15 @@ class CTranslate2Translator:
 
     def pair_alignments(self, sources: list[str], targets: list[str], *, tag: str = "") -> list[list[tuple[int, int]]]:
         """`Translator.pair_alignments` on the engine."""
-        return front.pair_links(self.tokenizer, self.alignments, (sources, targets), max_len=self.max_len, tag=tag)
+        pairs, rule = (sources, targets), self.link_rule
+        return front.pair_links(self.tokenizer, self.alignments, pairs, max_len=self.max_len, tag=tag, rule=rule)
 
-    def alignments(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[int]]:
+    @property
+    def link_rule(self) -> str:
+        """How word links are read from the weights (model.alignment_links; exports made before it: "pieces")."""
+        return self.manifest["model"].get("alignment_links", "pieces")
+
+    def alignments(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]:
         """`Translator.alignments` through the engine's `return_attention` (the export's decoder has the run's
         alignment layer and heads): each target forced as the prefix of a one-step search."""
         if self.align_refusal:
@@ -289,8 +296,8 @@ class CTranslate2Translator:
         )
         out = []
         for ids, target, result in zip(sources, targets, results):
-            weights = torch.tensor(result.attention[0], dtype=torch.float32)  # (T', S): a row per output token
-            out.append(weights[: len(target), : len(ids)].argmax(dim=-1).tolist() if ids else [0] * len(target))
+            weights = np.asarray(result.attention[0], dtype=np.float32)  # (T', S): a row per output token
+            out.append(weights[: len(target), : len(ids)])
         return out
 
     def _calls(self, sources: list[list[int]]) -> list[list[int]]:

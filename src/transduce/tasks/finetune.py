@@ -28,7 +28,7 @@ from ..training.init_from import RECORD, source_run
 FREE_MODEL_SETTINGS = ("dropout", "attention_dropout", "activation_dropout")
 # which attention gives word links and how it is read: no weight changes with them, so a fine-tune may set them
 # (guided alignment fine-tuned onto a run); one the recipe leaves at its default keeps RUN's
-ALIGNMENT_SETTINGS = ("alignment_layer", "alignment_heads", "full_context_alignment")
+ALIGNMENT_SETTINGS = ("alignment_layer", "alignment_heads", "full_context_alignment", "alignment_links")
 TOKENIZER = "tokenizer.model"
 
 
