@@ -360,6 +360,7 @@ def _align(engine: Engine, sources: list[list[int]], found: list[list[Translatio
         for h in hyps:
             target_pieces = [piece(t) for t in h.tokens]
             h.alignment = words.word_links(source_pieces, target_pieces, attention[at], int(tagged), engine.link_rule)
+            h.attention = None  # read: the links are what is kept
             at += 1
 
 
