@@ -108,7 +108,8 @@ def main() -> None:
         translator = Translator.from_run(run)
         config = translator.model.config
         results = {}
-        for layer, heads, rule in itertools.product(range(config.decoder_layers), range(1, config.n_heads + 1), rules):
+        tried = [*rules, *([config.alignment_links] if config.alignment_links not in rules else [])]  # + its own
+        for layer, heads, rule in itertools.product(range(config.decoder_layers), range(1, config.n_heads + 1), tried):
             links = model_links(translator, en, fr, layer, heads, rule)
             results[layer, heads, rule] = (
                 aer(links[dev], sure[dev], possible[dev]),

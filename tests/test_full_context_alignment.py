@@ -130,6 +130,14 @@ def test_ctranslate2_refuses_full_context_links_in_words(full_runs, linked, tmp_
     engine = CTranslate2Translator.from_run(full_runs[1.0])
     assert not engine.can_align and "full_context_alignment" in engine.align_refusal
     assert engine.translate(["red dog"], beam=2)  # translation itself works
+    from transduce.export.ctranslate2 import ExportError
+
+    def no_search(*_args):
+        raise AssertionError("searched before refusing")
+
+    engine._decode = no_search  # type: ignore[method-assign]
+    with pytest.raises(ExportError, match="full target in view"):
+        engine.decode_lines(["red dog"], beam=2, alignment=True)
     src = linked / "valid.en"
     proc = run_cli("score-pairs", str(full_runs[1.0]), "--src", str(src), "--tgt", str(linked / "valid.xx"),
                    "--alignment", "--engine", "ctranslate2", check=False)  # fmt: skip

@@ -228,6 +228,8 @@ class CTranslate2Translator:
             split=split,
             alignment=alignment,
         )
+        if settings.alignment and self.align_refusal:  # before the search, not after it
+            raise ExportError(self.align_refusal)
         if settings.sampling is not None:
             _ctranslate2().set_random_seed(settings.sampling.seed)
         search = _search(
