@@ -9,31 +9,22 @@ import pytest
 import torch
 from conftest import run_cli, run_torchrun, tiny_recipe
 from safetensors.torch import load_file
-from test_data import write_corpus
-from test_guided_alignment import guided, true_links, write_links
+from test_guided_alignment import alignment_loss, guided, write_linked
 
 from transduce.config import Config, ConfigError, ModelConfig, load_config, read_config
-from transduce.data import load_prepared
-from transduce.data.batching import make_batches
 from transduce.model import Transformer
 from transduce.model.alignment import alignment_weights
 from transduce.tasks import train
 from transduce.tasks.finetune import adopt_model
-from transduce.tasks.translation import TranslationTask
-from transduce.training.checkpoint import checkpoint_dirs, load_weights
-from transduce.training.guided import guided_alignment_loss
+from transduce.training.checkpoint import checkpoint_dirs
 
 FULL = "model.full_context_alignment=true"
 
 
 @pytest.fixture(scope="module")
 def linked(tmp_path_factory) -> Path:
-    """The toy corpus (600 training pairs) with its true links in train.align (test_guided_alignment's)."""
-    root = tmp_path_factory.mktemp("linked")
-    write_corpus(root, "train", 600, seed=0)
-    write_corpus(root, "valid", 40, seed=1)
-    write_links(root, "train", [true_links(line) for line in (root / "train.en").read_text().splitlines()])
-    return root
+    """test_guided_alignment's toy corpus with its true links, once for the module."""
+    return write_linked(tmp_path_factory.mktemp("linked"))
 
 
 @pytest.fixture(scope="module")
@@ -83,27 +74,9 @@ def test_a_model_whose_bos_is_its_pad_row_still_sees_its_first_input():
     assert not torch.allclose(first, weights_of(model, src, torch.tensor([[0, 9, 11]])), atol=1e-6)
 
 
-def full_alignment_loss(run: Path) -> float:
-    """The alignment loss per target position with links of the run's last checkpoint on its training pairs, read
-    as the model reads its links (model/alignment.py: here with the whole target in view)."""
-    config = read_config(run / "config.json", Config)
-    assert config.model.full_context_alignment
-    task = TranslationTask(config.replace(train=dataclasses.replace(config.train, guided_alignment=1.0)),
-                           load_prepared(run / "data"))  # fmt: skip
-    model = task.build_model().eval()
-    load_weights(model, checkpoint_dirs(run)[-1] / "model.safetensors")
-    total = positions = 0.0
-    for ix in make_batches(task.corpus.src_lengths, task.corpus.tgt_lengths, max_tokens=4000, seed=0, epoch=0):
-        batch = task.collate(ix)
-        assert not isinstance(batch, list) and batch.align_index is not None and batch.align_prob is not None
-        weights = weights_of(model, batch.src, batch.tgt_in)
-        total += float(guided_alignment_loss(weights, batch.align_index, batch.align_prob))
-        positions += batch.n_aligned
-    return total / positions
-
-
 def test_guidance_with_full_context_lowers_that_passes_alignment_loss(full_runs):
-    unguided, trained = (full_alignment_loss(full_runs[w]) for w in (0.0, 1.0))
+    assert all(read_config(full_runs[w] / "config.json", Config).model.full_context_alignment for w in (0.0, 1.0))
+    unguided, trained = (alignment_loss(full_runs[w]) for w in (0.0, 1.0))
     assert trained < unguided - 0.5, (unguided, trained)
 
 

@@ -18,7 +18,7 @@ from transduce.data import load_prepared, prepare
 from transduce.data.aligner import grow_diag_final_and
 from transduce.data.alignments import WORD_START, pair_targets, word_starts
 from transduce.data.batching import make_batches
-from transduce.model.alignment import recording_alignment
+from transduce.model.alignment import alignment_weights
 from transduce.tasks import task_class, train
 from transduce.tasks.translation import TranslationTask
 from transduce.training.checkpoint import checkpoint_dirs, load_weights
@@ -37,15 +37,18 @@ def write_links(root: Path, name: str, lines: list[str]) -> Path:
     return path
 
 
-@pytest.fixture
-def linked(tmp_path) -> Path:
-    """The toy corpus (600 training pairs) with its true links in train.align."""
-    root = tmp_path / "corpus"
-    root.mkdir()
+def write_linked(root: Path) -> Path:
+    """The toy corpus (600 training pairs) in `root` with its true links in train.align."""
+    root.mkdir(exist_ok=True)
     write_corpus(root, "train", 600, seed=0)
     write_corpus(root, "valid", 40, seed=1)
     write_links(root, "train", [true_links(line) for line in (root / "train.en").read_text().splitlines()])
     return root
+
+
+@pytest.fixture
+def linked(tmp_path) -> Path:
+    return write_linked(tmp_path / "corpus")
 
 
 def guided(corpus: Path, *more: str) -> list[str]:
@@ -201,7 +204,9 @@ def test_a_pair_whose_pieces_hold_other_words_than_its_line_keeps_no_links(tmp_p
 
 # Training ---------------------------------------------------------------------------------------------------------
 def alignment_loss(run: Path) -> float:
-    """The alignment loss per target position with links of the run's last checkpoint on its training pairs."""
+    """The alignment loss per target position with links of the run's last checkpoint on its training pairs, the
+    weights read as the model reads its links (model/alignment.py: causally, or with model.full_context_alignment
+    the whole target in view)."""
     config = read_config(run / "config.json", Config)
     task = TranslationTask(config.replace(train=dataclasses.replace(config.train, guided_alignment=1.0)),
                            load_prepared(run / "data"))  # fmt: skip
@@ -213,9 +218,8 @@ def alignment_loss(run: Path) -> float:
         for ix in make_batches(pairs.src_lengths, pairs.tgt_lengths, max_tokens=4000, seed=0, epoch=0):
             batch = task.collate(ix)
             assert not isinstance(batch, list) and batch.align_index is not None and batch.align_prob is not None
-            with recording_alignment(model) as weights:
-                model(batch.src, batch.tgt_in, batch.positions)
-            total += float(guided_alignment_loss(weights[-1], batch.align_index, batch.align_prob))
+            weights = alignment_weights(model, batch.tgt_in, model.encode(batch.src), model.pad_mask(batch.src))
+            total += float(guided_alignment_loss(weights, batch.align_index, batch.align_prob))
             positions += batch.n_aligned
     return total / positions
 

@@ -157,12 +157,21 @@ class Translator:
         sources, cut = front.source_ids(self.tokenizer, sentences, self.model.config.max_len, tag)
         return [ids + [self.tokenizer.special.eos] for ids in sources], cut
 
-    def _batch_budget(self, beam: int, batch_tokens: int) -> int:
-        """`batch_tokens`, lowered where a batch's search could not fit the device's memory (config/memory.py)."""
+    def _engine(self, settings: front.Options) -> front.Engine:
+        """What front.decode_lines searches with: `settings`' searches in batches of `batch_tokens`, lowered where a
+        batch's search could not fit the device's memory (config/memory.py); links read by the model's rule."""
         members = len(self.model.members) if isinstance(self.model, Ensemble) else 1
         available = device_memory(next(self.model.parameters()).device)[0]
-        return decoding_batch_tokens(
-            self.model.config, beam=beam, members=members, batch_tokens=batch_tokens, available=available
+        budget = decoding_batch_tokens(self.model.config, beam=settings.beam, members=members,
+                                       batch_tokens=settings.batch_tokens, available=available)  # fmt: skip
+        return front.Engine(
+            tokenizer=self.tokenizer,
+            max_len=self.model.config.max_len,
+            language=self.language,
+            search=lambda sources, lines, steering: self._search(sources, lines, settings, steering),
+            groups=lambda sources: self._batches([[0] * (len(ids) + 1) for ids in sources], budget),
+            align=self.alignments,
+            link_rule=self._aligning_model().config.alignment_links,
         )
 
     def _batches(self, sources: list[list[int]], batch_tokens: int) -> list[list[int]]:
@@ -252,16 +261,7 @@ class Translator:
             split=split,
             alignment=alignment,
         )
-        budget = self._batch_budget(settings.beam, settings.batch_tokens)
-        engine = front.Engine(
-            tokenizer=self.tokenizer,
-            max_len=self.model.config.max_len,
-            language=self.language,
-            search=lambda sources, lines, steering: self._search(sources, lines, settings, steering),
-            groups=lambda sources: self._batches([[0] * (len(ids) + 1) for ids in sources], budget),
-            align=self.alignments,
-            link_rule=self._aligning_model().config.alignment_links,
-        )
+        engine = self._engine(settings)
         was_training = self.model.training
         self.model.eval()
         try:

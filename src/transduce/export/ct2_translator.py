@@ -232,6 +232,12 @@ class CTranslate2Translator:
             raise ExportError(self.align_refusal)
         if settings.sampling is not None:
             _ctranslate2().set_random_seed(settings.sampling.seed)
+        requests = front.Requests(prefixes=prefixes)
+        return front.decode_lines(sentences, settings, self._engine(settings), progress=progress, requests=requests)
+
+    def _engine(self, settings: front.Options) -> front.Engine:
+        """What front.decode_lines searches with: the engine's search of `settings` (a steering's prefix as its
+        target_prefix), one call per `_calls` group, links by the export's rule."""
         search = _search(
             beam=settings.beam,
             nbest=settings.nbest,
@@ -247,11 +253,9 @@ class CTranslate2Translator:
             return self._decode(sources, self.max_output(longest), settings.batch_tokens, search, prefixes)
 
         language = self.manifest.get("languages", {}).get("source", "")
-        engine = front.Engine(
+        return front.Engine(
             self.tokenizer, self.max_len, language, decode, self._calls, self.alignments, self.link_rule
         )
-        requests = front.Requests(prefixes=prefixes)
-        return front.decode_lines(sentences, settings, engine, progress=progress, requests=requests)
 
     @property
     def align_refusal(self) -> str:
