@@ -109,7 +109,12 @@ def main() -> None:
         config = translator.model.config
         results = {}
         tried = [*rules, *([config.alignment_links] if config.alignment_links not in rules else [])]  # + its own
-        for layer, heads, rule in itertools.product(range(config.decoder_layers), range(1, config.n_heads + 1), tried):
+        from transduce.model.alignment import head_count, layer_index
+
+        # an alignment head reads the layer it was trained on, and has no heads to choose: only the rule varies
+        layers = [layer_index(config)] if config.alignment_head else range(config.decoder_layers)
+        counts = [head_count(config)] if config.alignment_head else range(1, config.n_heads + 1)
+        for layer, heads, rule in itertools.product(layers, counts, tried):
             links = model_links(translator, en, fr, layer, heads, rule)
             results[layer, heads, rule] = (
                 aer(links[dev], sure[dev], possible[dev]),
@@ -119,8 +124,6 @@ def main() -> None:
                 f"  {run} layer {layer} heads 1-{heads} {rule}: dev {results[layer, heads, rule][0]:.2f}",
                 file=sys.stderr,
             )
-        from transduce.model.alignment import head_count, layer_index
-
         own = (layer_index(config), head_count(config), config.alignment_links)
         best = min(results, key=lambda key: results[key][0])
         for what, key in (("as trained", own), ("chosen on dev", best)):

@@ -48,7 +48,7 @@ def small_model(**settings) -> Transformer:
 
 def weights_of(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        return alignment_weights(model, tgt_in, model.encode(src), model.pad_mask(src))
+        return alignment_weights(model, tgt_in, model.encode(src), src)
 
 
 def test_the_full_context_pass_sees_later_target_tokens_but_not_padding():

@@ -206,10 +206,10 @@ def test_a_pair_whose_pieces_hold_other_words_than_its_line_keeps_no_links(tmp_p
 def alignment_loss(run: Path) -> float:
     """The alignment loss per target position with links of the run's last checkpoint on its training pairs, the
     weights read as the model reads its links (model/alignment.py: causally, or with model.full_context_alignment
-    the whole target in view)."""
+    the whole target in view; with model.alignment_head, its head)."""
     config = read_config(run / "config.json", Config)
     task = TranslationTask(config.replace(train=dataclasses.replace(config.train, guided_alignment=1.0)),
-                           load_prepared(run / "data"))  # fmt: skip
+                           load_prepared(config.data.prepared or run / "data"))  # fmt: skip
     model = task.build_model().eval()
     load_weights(model, checkpoint_dirs(run)[-1] / "model.safetensors")
     total = positions = 0.0
@@ -218,7 +218,7 @@ def alignment_loss(run: Path) -> float:
         for ix in make_batches(pairs.src_lengths, pairs.tgt_lengths, max_tokens=4000, seed=0, epoch=0):
             batch = task.collate(ix)
             assert not isinstance(batch, list) and batch.align_index is not None and batch.align_prob is not None
-            weights = alignment_weights(model, batch.tgt_in, model.encode(batch.src), model.pad_mask(batch.src))
+            weights = alignment_weights(model, batch.tgt_in, model.encode(batch.src), batch.src)
             total += float(guided_alignment_loss(weights, batch.align_index, batch.align_prob))
             positions += batch.n_aligned
     return total / positions

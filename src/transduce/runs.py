@@ -72,10 +72,13 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
     fit_weights(model, state, path)
 
 
-def fit_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
-    """Put `state` (read from `path`) into `model`: every tensor the model has (a tied one once), of its shape."""
+def fit_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path, *, fresh: str = "") -> None:
+    """Put `state` (read from `path`) into `model`: every tensor the model has (a tied one once), of its shape;
+    with `fresh` (a name prefix, such as "alignment_head."), the model's tensors under it may be absent from `state`
+    (they keep their initialisation)."""
     own = model.state_dict()
     missing = [k for k in own if k not in state and not _is_alias(own, k, state)]
+    missing = [k for k in missing if not (fresh and k.startswith(fresh))]
     unexpected = [k for k in state if k not in own]
     if missing or unexpected:
         raise CheckpointError(

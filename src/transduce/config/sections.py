@@ -63,6 +63,10 @@ class ModelConfig:
     # each target piece's word to its heaviest source piece's; over word masses, "target", each target word to its
     # heaviest source word; "both", only links also the source word's heaviest; "grow", the two directions joined
     # by grow-diag-final-and (docs/translation.md#word-alignments)
+    alignment_head: bool = False  # an attention of its own gives the word alignments (model/alignment.py): its query
+    # from the alignment layer's decoder state and the target token, its keys from the encoder output and the source
+    # token; trained by guided alignment only, on detached inputs, so it never changes a translation (alignment_heads
+    # is then unused; a CTranslate2 export cannot give its links)
 
     def __post_init__(self) -> None:
         check_section(self, "model")  # types, finiteness and bounds.BOUNDS (sizes: memory.py)
@@ -296,6 +300,9 @@ class TrainConfig:
     # attention (model.alignment_layer, model.alignment_heads) and the word links of data.corpora's align files,
     # added to the loss; 0 = off. Garg et al.'s setting: 0.05 with alignment_heads 1 (docs/training.md#guided-alignment)
     guided_alignment: float = 0.0
+    # translation, fine-tuning: train model.alignment_head alone, every other weight kept as train.init_from's run
+    # has it (the translations stay byte for byte that run's); needs train.guided_alignment
+    alignment_only: bool = False
 
     def __post_init__(self) -> None:
         check_section(self, "train")  # types, finiteness and bounds.BOUNDS
@@ -317,6 +324,10 @@ class TrainConfig:
             # the alignment weights are recorded by a hook put on for each loss (model/alignment.py): under
             # torch.compile every change of the model's hooks is a new graph
             raise ConfigError("train.guided_alignment does not run with train.compile (--compile); turn one off")
+        if self.alignment_only and not self.guided_alignment:
+            raise ConfigError(
+                "train.alignment_only trains the alignment head by guided alignment: set train.guided_alignment"
+            )
         if self.lr_clock and (self.lr_schedule != "linear" or self.max_minutes <= 0):
             raise ConfigError(
                 "train.lr_clock needs train.lr_schedule = 'linear' and a train.max_minutes budget to decay over, "

@@ -292,8 +292,9 @@ class Translator:
     def alignments(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]:
         """Per (source ids without EOS, target ids without EOS) pair, its alignment attention (model/alignment.py)
         (T, S), end of sentence excluded: one teacher-forced pass (the search's own weights; with
-        model.full_context_alignment, the whole target in view). An ensemble's are its first model's. A tag (the
-        source's first id) is a position like any other: documents/words.py skips it."""
+        model.full_context_alignment, the whole target in view; with model.alignment_head, its head's). An
+        ensemble's are its first model's. A tag (the source's first id) is a position like any other:
+        documents/words.py skips it."""
         out: list[np.ndarray] = [np.zeros((0, 0), np.float32) for _ in sources]
         eos = self.tokenizer.special.eos
         for batch in self._batches([[0] * max(len(s), len(t)) for s, t in zip(sources, targets)], 4096):
@@ -313,7 +314,7 @@ class Translator:
 
         model, special = self._aligning_model(), self.tokenizer.special
         tgt_in = self._padded([[special.bos] + ids for ids in targets])  # (B, T)
-        weights = alignment_weights(model, tgt_in, memory, model.pad_mask(src))  # (B, T, S)
+        weights = alignment_weights(model, tgt_in, memory, src)  # (B, T, S)
         lengths = src.ne(special.pad).sum(1).tolist()  # pieces + EOS
         out = []
         for row, ids in enumerate(targets):

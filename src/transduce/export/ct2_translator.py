@@ -268,6 +268,11 @@ class CTranslate2Translator:
                 "this model reads word alignments with the full target in view (model.full_context_alignment), "
                 "which CTranslate2 cannot give: align with the run itself (--engine torch)"
             )
+        if model.get("alignment_head"):
+            return (
+                "this model reads word alignments from an alignment head of its own (model.alignment_head), which "
+                "CTranslate2 cannot run: align with the run itself (--engine torch)"
+            )
         return ""
 
     @property

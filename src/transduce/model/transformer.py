@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
 from ..config.memory import check_fits, model_shape
+from .alignment import AlignmentHead
 from .cache import DecoderCache  # the decoding state (cache.py), importable from here too
 
 
@@ -408,6 +409,8 @@ class Transformer(nn.Module):
         init_parameters(self, config.d_model)
         if config.tie_embeddings:
             self.output.weight = tgt_tokens.weight
+        if config.alignment_head:  # made last: one seed gives the same translation weights with or without it
+            self.alignment_head = AlignmentHead(config)
 
     def add_modules(self) -> None:
         """Where a subclass adds modules of its own: after the Transformer's and before the

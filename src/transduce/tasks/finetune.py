@@ -26,9 +26,16 @@ from ..training.init_from import RECORD, source_run
 # the model settings a fine-tune may set otherwise than RUN: regularisation only (no weight's shape, nor what the
 # trained weights compute, depends on them)
 FREE_MODEL_SETTINGS = ("dropout", "attention_dropout", "activation_dropout")
-# which attention gives word links and how it is read: no weight changes with them, so a fine-tune may set them
-# (guided alignment fine-tuned onto a run); one the recipe leaves at its default keeps RUN's
-ALIGNMENT_SETTINGS = ("alignment_layer", "alignment_heads", "full_context_alignment", "alignment_links")
+# which attention gives word links and how it is read: no translation weight changes with them, so a fine-tune may
+# set them (guided alignment fine-tuned onto a run; model.alignment_head adds a head, trained from scratch); one the
+# recipe leaves at its default keeps RUN's
+ALIGNMENT_SETTINGS = (
+    "alignment_layer",
+    "alignment_heads",
+    "full_context_alignment",
+    "alignment_links",
+    "alignment_head",
+)
 TOKENIZER = "tokenizer.model"
 
 

@@ -29,7 +29,7 @@ from ..model.alignment import trained_alignment
 from ..outputs import atomic_folder, atomic_write_text, read_manifest, remove_leftovers, remove_own_folder
 from ..runs import record_tokenizer
 from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
-from ..training.guided import AlignmentWindow, guided_alignment_loss
+from ..training.guided import AlignmentWindow, freeze_for_alignment, guided_alignment_loss
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
 from .finetune import fine_tune_config
@@ -154,7 +154,10 @@ class SequenceTask:
                 )
 
     def build_model(self) -> Transformer:
-        return Transformer(self.config.model)
+        model = Transformer(self.config.model)
+        if self.config.train.alignment_only:
+            freeze_for_alignment(model, self.config)
+        return model
 
     def logits(self, net, batch: Batch) -> torch.Tensor:
         """The model's logits at the batch's real target positions, (n_tokens, V) (no padding)."""
@@ -299,14 +302,17 @@ class TranslationTask(SequenceTask):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The label-smoothed loss and nll; with guided alignment's targets in the batch, plus train.guided_alignment
         x the alignment loss (training/guided.py), both summed over the batch's target tokens."""
-        if batch.align_index is None or batch.align_prob is None:
-            return super().loss(net, batch, autocast)
         model = getattr(net, "module", net)  # under DDP the model is its module
+        head = model.config.alignment_head and self.config.train.guided_alignment
+        if (batch.align_index is None or batch.align_prob is None) and not head:
+            return super().loss(net, batch, autocast)
 
         def forward() -> tuple[torch.Tensor, torch.Tensor]:
             return super(TranslationTask, self).loss(net, batch, autocast)
 
         (loss, nll), weights = trained_alignment(model, forward, batch.tgt_in, batch.src, autocast)  # (B, T, S)
+        if batch.align_index is None or batch.align_prob is None:  # an alignment head runs on every batch: each
+            return loss + 0.0 * weights.sum(), nll  # DDP rank has its gradient, train.alignment_only a backward
         align = guided_alignment_loss(weights, batch.align_index, batch.align_prob)
         self.align_window.add(align, batch.n_aligned)
         return loss + self.config.train.guided_alignment * align, nll

@@ -13,7 +13,9 @@ Axis legend: B pairs, T decoder positions, S source positions, K (target positio
 
 from __future__ import annotations
 
-from torch import Tensor
+from torch import Tensor, nn
+
+from ..config import Config, ConfigError
 
 TINY = 1e-9  # attention below this counts as this in the log: a link to a weight that underflowed stays finite
 
@@ -22,6 +24,17 @@ def guided_alignment_loss(attention: Tensor, index: Tensor, prob: Tensor) -> Ten
     """L_align summed over the batch: `attention` (B, T, S), `index` (K,) flat indices into it, `prob` (K,) p_t[s]."""
     picked = attention.reshape(-1).index_select(0, index)  # (K,) a_t[s] where p_t[s] > 0
     return -(prob * picked.clamp_min(TINY).log()).sum()
+
+
+def freeze_for_alignment(model: nn.Module, config: Config) -> None:
+    """train.alignment_only: every weight but model.alignment_head's stops learning (the optimizer is given only
+    what still learns, training/optim.py), so the run's translations stay those of the run it fine-tunes."""
+    if not config.model.alignment_head:
+        raise ConfigError("train.alignment_only trains the alignment head alone: set model.alignment_head = true")
+    if not config.train.init_from:
+        raise ConfigError("train.alignment_only keeps a trained run's translation: name it with --init-from RUN")
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith("alignment_head."))
 
 
 class AlignmentWindow:

@@ -24,6 +24,7 @@ from .checkpoint import CheckpointError, find_weights, fit_weights
 
 RECORD = "init-from.json"  # NEW/init-from.json: {"run", "weights", "sha256"} of what the fine-tune started from
 AVERAGED = "averaged.safetensors"
+HEAD = "alignment_head."  # model.alignment_head's weights: a fine-tune may add the head to a run without one
 
 
 def source_run(name: str, *, out: Path, task: str) -> tuple[Path, Path]:
@@ -88,7 +89,10 @@ def load_initial(
     except Exception as err:  # OSError, or safetensors' own SafetensorError for a damaged file
         raise CheckpointError(f"train.init_from {weights}: cannot read weights ({err})") from None
     digest = hashlib.sha256(data).hexdigest()
-    fit_weights(model, state, weights)
+    fresh = any(k.startswith(HEAD) for k in model.state_dict()) and not any(k.startswith(HEAD) for k in state)
+    fit_weights(model, state, weights, fresh=HEAD if fresh else "")
+    if fresh:
+        log("model.alignment_head: new to this run, starts from a random initialisation")
     if main:
         record = {"run": str(run), "weights": str(weights), "sha256": digest}
         atomic_write_text(out / RECORD, json.dumps(record, indent=2) + "\n")

@@ -66,7 +66,7 @@ def _by_steps(step: int, config: TrainConfig, d_model: int) -> float:
 def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Adam:
     """Adam with torch's fused kernel (one pass over each parameter) where this torch build has it for the
     parameters' device (CUDA; CPU since torch 2.4), else the multi-tensor one. Same update either way."""
-    params = list(model.parameters())
+    params = [p for p in model.parameters() if p.requires_grad]  # all but what train.alignment_only freezes
 
     def adam(*, fused: bool | None = None, foreach: bool | None = None) -> torch.optim.Adam:
         betas = (config.adam_beta1, config.adam_beta2)
