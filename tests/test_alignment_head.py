@@ -108,6 +108,7 @@ def test_settings_that_cannot_train_a_head_alone_are_refused(tmp_path, linked, r
     for settings, message in (
         ([*alone, f"train.init_from={runs['base']}"], "alignment_head"),
         ([*alone, "model.alignment_head=true"], "--init-from"),
+        (["model.alignment_head=true"], "learns from guided alignment only"),
     ):
         with pytest.raises(ConfigError, match=message):
             train(load_config(recipe, guided(linked, *settings)), tmp_path / "out", quiet=True)
@@ -122,3 +123,44 @@ def test_ddp_with_a_guided_head_equals_one_process_with_accumulation(tmp_path, l
     run_torchrun("train", str(recipe), "--out", str(tmp_path / "ddp"), *settings, port=29547)
     a, b = (load_file(str(checkpoint_dirs(tmp_path / r)[-1] / "model.safetensors")) for r in ("single", "ddp"))
     assert {k for k in a if k.startswith(HEAD)} and all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+def test_a_head_trained_beside_the_translation_changes_no_translation_weight(tmp_path, linked):
+    """From scratch, dropout on: the head is made on a fork of the generator, so the dropout masks are the same."""
+    recipe = tiny_recipe(tmp_path / "r.toml", linked, steps=6, save_every=6, dropout=0.1)
+    train(load_config(recipe, guided(linked)), tmp_path / "plain", quiet=True)
+    train(load_config(recipe, guided(linked, "model.alignment_head=true", "train.guided_alignment=0.5")),
+          tmp_path / "head", quiet=True)  # fmt: skip
+    plain, head = (load_file(str(checkpoint_dirs(tmp_path / r)[-1] / "model.safetensors")) for r in ("plain", "head"))
+    assert plain.keys() == {k for k in head if not k.startswith(HEAD)}
+    assert all(torch.equal(plain[k], head[k]) for k in plain)
+
+
+def test_validation_keeps_the_newest_head_and_a_changed_setting_is_refused_on_resume(tmp_path, linked, runs):
+    recipe = tiny_recipe(tmp_path / "r.toml", linked, steps=20, save_every=5, valid_every=5)
+    alone = ["model.alignment_head=true", "train.alignment_only=true", "train.guided_alignment=1.0"]
+    out = tmp_path / "alone"
+    train(load_config(recipe, guided(linked, *alone, f"train.init_from={runs['base']}", "train.patience=1")), out,
+          quiet=True)  # fmt: skip
+    assert "finished at step 20 (max_steps)" in (out / "train.log").read_text()  # patience never ends it
+    best, last = (
+        load_file(str(out / "best.safetensors")),
+        load_file(str(checkpoint_dirs(out)[-1] / "model.safetensors")),
+    )
+    assert all(torch.equal(best[k], last[k]) for k in last)  # the newest head, not the first validation's
+    settings = [x for s in guided(linked, "train.guided_alignment=1.0") for x in ("--set", s)]  # alignment_only off
+    proc = run_cli("train", str(recipe), "--out", str(out), "--set", "train.max_steps=25", *settings, check=False)
+    assert proc.returncode != 0 and "train.alignment_only" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_fine_tune_adds_a_head_only_with_guidance_and_keeps_one_fixed_without(tmp_path, linked, runs):
+    recipe = tiny_recipe(tmp_path / "r.toml", linked, steps=5, save_every=5)
+    with pytest.raises(ConfigError, match="new to this run"):
+        train(load_config(recipe, guided(linked, "model.alignment_head=true", f"train.init_from={runs['base']}")),
+              tmp_path / "unguided", quiet=True)  # fmt: skip
+    out = tmp_path / "onward"  # the head run trained on without guidance: its translation moves, its head does not
+    train(load_config(recipe, guided(linked, f"train.init_from={runs['head']}")), out, quiet=True)
+    before = load_file(str(checkpoint_dirs(runs["head"])[-1] / "model.safetensors"))
+    after = load_file(str(checkpoint_dirs(out)[-1] / "model.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in after if k.startswith(HEAD))
+    assert any(not torch.equal(before[k], after[k]) for k in after if not k.startswith(HEAD))

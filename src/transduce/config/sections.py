@@ -301,7 +301,9 @@ class TrainConfig:
     # added to the loss; 0 = off. Garg et al.'s setting: 0.05 with alignment_heads 1 (docs/training.md#guided-alignment)
     guided_alignment: float = 0.0
     # translation, fine-tuning: train model.alignment_head alone, every other weight kept as train.init_from's run
-    # has it (the translations stay byte for byte that run's); needs train.guided_alignment
+    # has it (the translations stay byte for byte that run's); needs train.init_from, model.alignment_head and
+    # train.guided_alignment; validation cannot see the head, so the newest is kept as best and patience never ends
+    # the run
     alignment_only: bool = False
 
     def __post_init__(self) -> None:

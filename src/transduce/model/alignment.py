@@ -91,7 +91,8 @@ class AlignmentHead(nn.Module):
 def head_weights(model, state: Tensor, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
     """The alignment head's weights (B, T, S) from the alignment layer's decoder `state` (B, T, D) of decoder inputs
     `tgt_in` (B, T) over the encoder output `memory` (B, S, D) of `src` (B, S); every input detached."""
-    following = F.pad(tgt_in[:, 1:], (0, 1), value=model.config.pad_id)  # (B, T): the token position t predicts
+    # (B, T): the token position t predicts; pad at the position that predicts EOS (never linked, never read)
+    following = F.pad(tgt_in[:, 1:], (0, 1), value=model.config.pad_id)
     decoder, encoder = model.decoder.embed, model.encoder.embed
     target = decoder.tokens(following) * decoder.scale  # (B, T, D)
     source = encoder.tokens(src) * encoder.scale  # (B, S, D)

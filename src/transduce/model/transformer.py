@@ -409,8 +409,9 @@ class Transformer(nn.Module):
         init_parameters(self, config.d_model)
         if config.tie_embeddings:
             self.output.weight = tgt_tokens.weight
-        if config.alignment_head:  # made last: one seed gives the same translation weights with or without it
-            self.alignment_head = AlignmentHead(config)
+        if config.alignment_head:  # made last, on a fork of the generator: one seed gives the same translation
+            with torch.random.fork_rng(devices=[]):  # weights, and later the same dropout masks, with or without it
+                self.alignment_head = AlignmentHead(config)
 
     def add_modules(self) -> None:
         """Where a subclass adds modules of its own: after the Transformer's and before the

@@ -58,6 +58,11 @@ def fine_tune_config(config: Config, run_dir: Path, *, frozen: bool, main: bool,
     else:
         return config
     model = adopt_model(config.model, base.model, base_dir)
+    if model.alignment_head and not base.model.alignment_head and not config.train.guided_alignment:
+        raise ConfigError(
+            "model.alignment_head: a head new to this run learns from guided alignment only: set "
+            "train.guided_alignment (and an align file)"
+        )
     data = _adopt_data(config.data, base.data, base_dir, run_dir, fresh=not frozen, main=main, log=log)
     return config.replace(model=model, data=data)
 

@@ -29,7 +29,7 @@ from ..model.alignment import trained_alignment
 from ..outputs import atomic_folder, atomic_write_text, read_manifest, remove_leftovers, remove_own_folder
 from ..runs import record_tokenizer
 from ..training.checkpoint import checkpoint_dirs, checkpoint_epoch
-from ..training.guided import AlignmentWindow, freeze_for_alignment, guided_alignment_loss
+from ..training.guided import AlignmentWindow, guided_alignment_loss, prepare_alignment
 from ..training.loss import label_smoothed_nll
 from .base import has_trained, same_run
 from .finetune import fine_tune_config
@@ -155,8 +155,7 @@ class SequenceTask:
 
     def build_model(self) -> Transformer:
         model = Transformer(self.config.model)
-        if self.config.train.alignment_only:
-            freeze_for_alignment(model, self.config)
+        prepare_alignment(model, self.config)  # model.alignment_head's checks, train.alignment_only's freezing
         return model
 
     def logits(self, net, batch: Batch) -> torch.Tensor:

@@ -150,7 +150,14 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
         check_finite(
             opt, path / "optimizer.safetensors", "optimizer state", f"move {path} aside to resume from the previous one"
         )
-        optimizer.load_state_dict(_optimizer_from_tensors(opt, trainer["optimizer"]))
+        try:
+            optimizer.load_state_dict(_optimizer_from_tensors(opt, trainer["optimizer"]))
+        except ValueError:  # torch: a parameter group of another size than the optimizer's
+            raise CheckpointError(
+                f"{path}: its optimizer state is for other weights than this run trains (train.alignment_only or "
+                "train.guided_alignment of a model.alignment_head changed since the run started); resume with them "
+                "as they were"
+            ) from None
         restored = set_rng_state(tensors, rank)
     return {**trainer, "rng_restored": restored}
 

@@ -1,6 +1,8 @@
 """Guided alignment (Garg et al. 2019, "Jointly Learning to Align and Translate with Transformer Models"): one
 decoder layer's cross-attention, averaged over its first heads (model/alignment.py), is trained towards given word
-links by a cross-entropy added to the translation loss, weighted by train.guided_alignment.
+links by a cross-entropy added to the translation loss, weighted by train.guided_alignment. With
+model.alignment_head the term trains that head instead, alone (its inputs are detached), and train.alignment_only
+freezes every other weight (`prepare_alignment`).
 
 For each target position t whose word has links, p_t is uniform over the source pieces of the words linked to it
 (data/alignments.py builds it at collation), and the term is L_align = -sum_t sum_s p_t[s] log a_t[s], a_t being
@@ -12,6 +14,8 @@ Axis legend: B pairs, T decoder positions, S source positions, K (target positio
 """
 
 from __future__ import annotations
+
+from typing import cast
 
 from torch import Tensor, nn
 
@@ -26,12 +30,23 @@ def guided_alignment_loss(attention: Tensor, index: Tensor, prob: Tensor) -> Ten
     return -(prob * picked.clamp_min(TINY).log()).sum()
 
 
-def freeze_for_alignment(model: nn.Module, config: Config) -> None:
-    """train.alignment_only: every weight but model.alignment_head's stops learning (the optimizer is given only
-    what still learns, training/optim.py), so the run's translations stay those of the run it fine-tunes."""
-    if not config.model.alignment_head:
+def prepare_alignment(model: nn.Module, config: Config) -> None:
+    """A new model.alignment_head learns from guided alignment only: refused without it (a fine-tune that adds one:
+    tasks/finetune.py); a head a run trains on without guidance stays as it is. train.alignment_only: every weight
+    but the head's stops learning (the optimizer is given only what still learns, training/optim.py), so the run's
+    translations stay those of the run it fine-tunes."""
+    head, guided, init_from = config.model.alignment_head, config.train.guided_alignment, config.train.init_from
+    if head and not guided and not init_from:
+        raise ConfigError(
+            "model.alignment_head learns from guided alignment only: set train.guided_alignment (and an align file)"
+        )
+    if head and not guided:
+        cast(nn.Module, model.alignment_head).requires_grad_(False)
+    if not config.train.alignment_only:
+        return
+    if not head:
         raise ConfigError("train.alignment_only trains the alignment head alone: set model.alignment_head = true")
-    if not config.train.init_from:
+    if not init_from:
         raise ConfigError("train.alignment_only keeps a trained run's translation: name it with --init-from RUN")
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(name.startswith("alignment_head."))

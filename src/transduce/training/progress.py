@@ -101,8 +101,11 @@ def validate(run: RunContext) -> None:
         value = result.get(key)
         if value is None:
             raise ConfigError(f"train.early_stop_metric is {tc.early_stop_metric!r} but validation does not compute it")
+        # train.alignment_only: the translation cannot change, so validation cannot see what trains; the newest
+        # head is kept as the best and no validation counts against patience
+        frozen = tc.alignment_only
         better = math.isfinite(value) and (
-            state.best is None or (value > state.best if higher_is_better else value < state.best)
+            frozen or state.best is None or (value > state.best if higher_is_better else value < state.best)
         )
         if better:
             state.best, state.best_metric, state.bad_validations = value, tc.early_stop_metric, 0
@@ -113,7 +116,8 @@ def validate(run: RunContext) -> None:
         run.runlog.text(
             f"step {state.step}: "
             + ", ".join(f"{k} {v:.4g}" for k, v in result.items())
-            + (" (best so far)" if better else f" (no improvement for {state.bad_validations})")
+            + (" (alignment only: the newest head kept as best)" if frozen else "")
+            + ("" if frozen else " (best so far)" if better else f" (no improvement for {state.bad_validations})")
         )
         stop = tc.patience > 0 and state.bad_validations >= tc.patience
     if broadcast_flag(stop, run.ranks, run.device):
