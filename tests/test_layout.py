@@ -104,6 +104,22 @@ def test_no_source_file_is_over_500_lines():
     assert not over, f"files over {MAX_LINES} lines (split them by concern):\n" + "\n".join(over)
 
 
+MAX_FUNCTION_LINES = 60  # docs/architecture.md's style rule
+
+
+def test_no_function_is_over_60_lines():
+    """Every function and method under src/transduce, from its `def` (decorators aside) to its last line, docstring
+    and comments included, has at most MAX_FUNCTION_LINES lines."""
+    over = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                count = (node.end_lineno or node.lineno) - node.lineno + 1
+                if count > MAX_FUNCTION_LINES:
+                    over.append(f"{path.relative_to(SRC.parent)}:{node.lineno} {node.name}: {count} lines")
+    assert not over, f"functions over {MAX_FUNCTION_LINES} lines (name a part of them):\n" + "\n".join(over)
+
+
 def test_every_module_has_a_layer():
     for path in SRC.rglob("*.py"):
         _layer(_module(path))  # StopIteration names a module LAYERS does not place

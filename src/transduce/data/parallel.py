@@ -213,9 +213,9 @@ def _prepare_resumable(config: DataConfig, files: dict, out: Path, key: str, max
         raise
 
 
-def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_tokens: int, log) -> dict:
-    from .batching import make_batches, padding_efficiency
-
+def _vocabulary(config: DataConfig, files: dict, work: Path, log) -> Path:
+    """WORK/tokenizer.model: data.tokenizer's copied as it is (no vocabulary learned), else learned from the
+    training files unless an interrupted run already learned it."""
     tokenizer_path = work / "tokenizer.model"
     if config.tokenizer:  # an existing vocabulary (data.tokenizer): taken as it is, no vocabulary learned
         given = Path(config.tokenizer)
@@ -226,6 +226,13 @@ def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_to
                     shutil.copyfile(src, dst)
     elif not tokenizer_path.is_file():
         _learn_vocabulary(config, files, tokenizer_path, log)
+    return tokenizer_path
+
+
+def _prepare_into(config: DataConfig, files: dict, out: Path, work: Path, max_tokens: int, log) -> dict:
+    from .batching import make_batches, padding_efficiency
+
+    tokenizer_path = _vocabulary(config, files, work, log)
     tokenizer = load_tokenizer(tokenizer_path)
     tag_ids = {tag: _tag_id(tokenizer, tag, config) for tag in config.tags}
     id_dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "int32"

@@ -182,12 +182,8 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
     links = None if job.align is None else chunk_links(job.align, job.align_name, job.first_line, src_lines, tgt_lines)
     n = len(src_lines)
     nonblank = [any(line.strip() for line in lines) for lines in (src_lines, tgt_lines)]
-    if job.kind == "test":
-        keep = np.ones(n, dtype=bool)
-    else:
-        keep = np.fromiter((bool(a.strip() and b.strip()) for a, b in zip(src_lines, tgt_lines)), bool, count=n)
-    dropped = {"empty": int(n - keep.sum())}
-    kept = np.flatnonzero(keep)
+    kept = _nonempty(job, src_lines, tgt_lines)
+    dropped = {"empty": n - len(kept)}
     if job.join > 1:  # the kept pairs joined in runs: each run's first line stands for it (line number, start)
         rng = np.random.default_rng([JOIN_SEED, job.corpus, job.index])
         src_lines, tgt_lines, kept = joined_pairs(src_lines, tgt_lines, kept, job.join, rng)
@@ -228,6 +224,14 @@ def encode_chunk(job: ChunkJob) -> dict[str, Any]:
             stats.update(_save_links(folder, job, tokenizer, links, rows, (src_lines, tgt_lines)))
         (folder / "stats.json").write_text(json.dumps(stats) + "\n", encoding="utf-8")
     return stats
+
+
+def _nonempty(job: ChunkJob, src_lines: list[str], tgt_lines: list[str]) -> np.ndarray:
+    """The chunk's pairs kept before encoding: those with text on both sides (a test split keeps every line)."""
+    n = len(src_lines)
+    if job.kind == "test":
+        return np.arange(n)
+    return np.flatnonzero(np.fromiter((bool(a.strip() and b.strip()) for a, b in zip(src_lines, tgt_lines)), bool, n))
 
 
 JOIN_SEED = 0x6A6F696E  # data.corpora's join: the runs of chunk i of corpus c are drawn from (this, c, i)

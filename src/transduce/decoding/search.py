@@ -255,26 +255,15 @@ def beam_search(
 
     for t in range(int(max_len.max())):
         lprobs = torch.log_softmax(model.decode_step(tokens[:, -1], cache).float(), dim=-1)  # (N, V)
-        lprobs[:, ids.pad_id] = lprobs[:, ids.bos_id] = float("-inf")
-        forced = max_len[sent].eq(t + 1).repeat_interleave(k)
-        lprobs = rows.mask(_force_eos(lprobs, forced, ids.eos_id))  # the last allowed position must be EOS
-        if lexical is None:
-            top_score, token, origin = _candidates(scores, lprobs, k)  # (B, 2k) each
-        else:  # the same shapes, in the order Dynamic Beam Allocation's banks take them
-            top_score, token, origin = lexical.candidates(cast(LexState, rows.state), scores, lprobs, _candidates)
+        forced = max_len[sent].eq(t + 1).repeat_interleave(k)  # the last allowed position must be EOS
+        top_score, token, origin = _step_candidates(lprobs, forced, scores, rows, ids, lexical)  # (B, 2k) each
         # A hypothesis ends only when its EOS ranks among the k best candidates (fairseq's and CTranslate2's rule);
         # EOS candidates ranked k+1..2k are dropped, not finished.
         is_eos = token.eq(ids.eos_id) & top_score.gt(float("-inf")) & among_k
         new_norm = torch.where(is_eos, top_score / lp(torch.tensor(float(t + 1), device=device)), float("-inf"))
         hist = tokens[origin.view(-1)].view(sent.numel(), 2 * k, t + 1)[:, :, 1:]  # (B, 2k, t) without BOS
         kept.merge(new_norm, top_score, torch.cat([hist, token.unsqueeze(2)], dim=2))
-        # Alive: the k best candidates that did not end in EOS (under lexical constraints the first k in the banks'
-        # order).
-        not_eos = top_score.masked_fill(token.eq(ids.eos_id), float("-inf"))
-        scores, pick = not_eos.topk(k, dim=1) if lexical is None else _first_alive(not_eos, k)  # (B, k)
-        alive_rows = origin.gather(1, pick).view(-1)  # (N,)
-        tokens = torch.cat([tokens[alive_rows], token.gather(1, pick).view(-1, 1)], dim=1)  # (N, t+2)
-        rows.reorder(alive_rows, tokens[:, -1])
+        scores, tokens = _advance(top_score, token, origin, tokens, rows, ids.eos_id, lexical is not None)
 
         done = _stops(kept, scores, max_len[sent], t, nbest=nbest, patience=patience, lp=lp)
         if bool(done.any()):  # the step's one host sync
@@ -287,11 +276,38 @@ def beam_search(
             sent, scores, tokens = sent[keep_sent], scores[keep_sent], tokens[keep_rows]
             kept.select(keep_sent)
             rows.select(keep_rows)
-    if lexical is not None:
-        for row, hyps in enumerate(finished):
-            if not hyps:
-                raise ConstraintError(row, "no translation within the output limit meets all the constraints")
+    if lexical is not None and not all(finished):
+        row = next(i for i, hyps in enumerate(finished) if not hyps)
+        raise ConstraintError(row, "no translation within the output limit meets all the constraints")
     return finished
+
+
+def _advance(
+    top_score: Tensor, token: Tensor, origin: Tensor, tokens: Tensor, rows: _Rows, eos: int, banked: bool
+) -> tuple[Tensor, Tensor]:
+    """The alive beams after a step: the k best candidates (B, 2k) that did not end in EOS (under lexical
+    constraints, `banked`, the first k in the banks' order): their scores (B, k) and token histories (N, t+2), the
+    rows' cache and constraint states reordered to them."""
+    k = top_score.size(1) // 2
+    not_eos = top_score.masked_fill(token.eq(eos), float("-inf"))
+    scores, pick = _first_alive(not_eos, k) if banked else not_eos.topk(k, dim=1)  # (B, k)
+    alive_rows = origin.gather(1, pick).view(-1)  # (N,)
+    tokens = torch.cat([tokens[alive_rows], token.gather(1, pick).view(-1, 1)], dim=1)  # (N, t+2)
+    rows.reorder(alive_rows, tokens[:, -1])
+    return scores, tokens
+
+
+def _step_candidates(
+    lprobs: Tensor, forced: Tensor, scores: Tensor, rows: _Rows, ids, lexical: LexicalConstraint | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A step's 2k candidates per sentence (B, 2k each: score, token, origin row) from its log-probabilities
+    `lprobs` (N, V): PAD and BOS never, EOS alone where `forced` (N,), the rows' constraints applied; under lexical
+    constraints in the order Dynamic Beam Allocation's banks take them."""
+    lprobs[:, ids.pad_id] = lprobs[:, ids.bos_id] = float("-inf")
+    lprobs = rows.mask(_force_eos(lprobs, forced, ids.eos_id))
+    if lexical is None:
+        return _candidates(scores, lprobs, scores.size(1))
+    return lexical.candidates(cast(LexState, rows.state), scores, lprobs, _candidates)
 
 
 def _first_alive(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
