@@ -11,7 +11,7 @@ from conftest import run_cli, run_torchrun, tiny_recipe
 from safetensors.torch import load_file
 from test_guided_alignment import alignment_loss, guided, write_linked
 
-from transduce.config import ConfigError, ModelConfig, TrainConfig, load_config
+from transduce.config import ConfigError, ModelConfig, ParserModelConfig, TrainConfig, load_config
 from transduce.decoding.translator import Translator
 from transduce.model import Transformer
 from transduce.model.alignment import alignment_weights
@@ -103,6 +103,8 @@ def test_ctranslate2_refuses_the_heads_links_in_words(runs, linked):
 def test_settings_that_cannot_train_a_head_alone_are_refused(tmp_path, linked, runs):
     with pytest.raises(ConfigError, match="train.guided_alignment"):
         TrainConfig(alignment_only=True)
+    with pytest.raises(ConfigError, match="translation runs"):
+        ParserModelConfig(alignment_head=True)
     recipe = tiny_recipe(tmp_path / "r.toml", linked, steps=2)
     alone = ["train.alignment_only=true", "train.guided_alignment=1"]
     for settings, message in (

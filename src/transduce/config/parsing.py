@@ -28,6 +28,8 @@ class ParserModelConfig(ModelConfig):
         for name in ("word_pointer_output", "word_pointer_last"):
             if getattr(self, name) and not self.word_pointer:
                 raise ConfigError(f"model.{name} needs model.word_pointer = true")
+        if self.alignment_head:  # trained by guided alignment, which translation runs have alone
+            raise ConfigError("model.alignment_head applies to translation runs, not to parsing")
 
     @property
     def pointer_reads(self) -> list[str]:
