@@ -30,6 +30,7 @@ from transduce.config.sections import ALIGNMENT_LINKS
 from transduce.data import resolve_path
 from transduce.data.text import data_root
 from transduce.decoding.translator import Translator
+from transduce.model.alignment import head_count, layer_index
 
 Links = set[tuple[int, int]]
 
@@ -109,8 +110,6 @@ def main() -> None:
         config = translator.model.config
         results = {}
         tried = [*rules, *([config.alignment_links] if config.alignment_links not in rules else [])]  # + its own
-        from transduce.model.alignment import head_count, layer_index
-
         # an alignment head reads the layer it was trained on, and has no heads to choose: only the rule varies
         layers = [layer_index(config)] if config.alignment_head else range(config.decoder_layers)
         counts = [head_count(config)] if config.alignment_head else range(1, config.n_heads + 1)

@@ -2,18 +2,17 @@
 trained by guided alignment on detached inputs; train.alignment_only fine-tunes it alone onto a trained run, whose
 translations stay byte for byte the same; CTranslate2, which cannot run it, refuses its links in words."""
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import run_cli, run_torchrun, tiny_recipe
 from safetensors.torch import load_file
+from test_full_context_alignment import small_model
 from test_guided_alignment import alignment_loss, guided, write_linked
 
-from transduce.config import ConfigError, ModelConfig, ParserModelConfig, TrainConfig, load_config
+from transduce.config import ConfigError, ParserModelConfig, TrainConfig, load_config
 from transduce.decoding.translator import Translator
-from transduce.model import Transformer
 from transduce.model.alignment import alignment_weights
 from transduce.tasks import train
 from transduce.training.checkpoint import checkpoint_dirs
@@ -38,12 +37,6 @@ def runs(linked, tmp_path_factory) -> dict[str, Path]:
     train(load_config(recipe, guided(linked, *settings, f"train.init_from={base}", "train.lr_scale=0.3")), head,
           quiet=True)  # fmt: skip
     return {"base": base, "head": head}
-
-
-def small_model(**settings) -> Transformer:
-    torch.manual_seed(0)
-    config = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=4, vocab_size=50, dropout=0.0, max_len=64)
-    return Transformer(dataclasses.replace(config, **settings))
 
 
 def test_the_head_is_made_last_and_its_loss_reaches_no_translation_weight():

@@ -127,7 +127,11 @@ def alignment_weights(model, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Ten
     def stop(_module, _inputs, _output) -> None:
         raise _Reached
 
-    with recording_state(model) if head else recording_alignment(model) as got:
+    # the head's inputs are detached (head_weights): the pass that gives its state keeps no graph
+    with (
+        recording_state(model) if head else recording_alignment(model) as got,
+        torch.no_grad() if head else contextlib.nullcontext(),
+    ):
         handle = module.register_forward_hook(stop)  # after the recording hook: what it keeps is kept
         try:
             model.decoder(tgt_in, memory, model.pad_mask(src), full_context=model.config.full_context_alignment)

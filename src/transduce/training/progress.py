@@ -113,11 +113,11 @@ def validate(run: RunContext) -> None:
         else:
             state.bad_validations += 1
         run.runlog.metrics({"kind": "valid", "step": state.step, **result, "elapsed": run.elapsed()})
+        shown = " (best so far)" if better else f" (no improvement for {state.bad_validations})"
         run.runlog.text(
             f"step {state.step}: "
             + ", ".join(f"{k} {v:.4g}" for k, v in result.items())
-            + (" (alignment only: the newest head kept as best)" if frozen else "")
-            + ("" if frozen else " (best so far)" if better else f" (no improvement for {state.bad_validations})")
+            + (" (alignment only: the newest head kept as best)" if frozen and better else shown)
         )
         stop = tc.patience > 0 and state.bad_validations >= tc.patience
     if broadcast_flag(stop, run.ranks, run.device):
